@@ -1,0 +1,7 @@
+"""The Transformer, built step by step.
+
+Every module except this one is exported from a chapter notebook under ``notebooks/``;
+edit the notebook, then run ``python .ci/export.py``.
+"""
+
+__version__ = "0.1.0"
