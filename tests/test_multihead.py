@@ -212,3 +212,24 @@ def test_forward_errors():
         mha(x, mask=torch.ones(2, 7, dtype=torch.bool))
     with pytest.raises(ValueError, match=r"\(2, 2, 5, 3\)"):
         mha(x, memory=torch.randn(2, 3, 16), mask=torch.ones(2, 1, 5, 5, dtype=torch.bool))
+
+
+def test_cache_step_by_step_equals_full_pass():
+    """Self-attention appends to the cache; cross-attention projects the memory once."""
+    torch.manual_seed(3)
+    mha = MultiHeadAttention(D_MODEL, N_HEADS).double().eval()
+    x = torch.randn(2, 6, D_MODEL, dtype=torch.float64)
+    memory = torch.randn(2, 4, D_MODEL, dtype=torch.float64)
+    causal = torch.ones(6, 6, dtype=torch.bool).tril()
+    self_cache, cross_cache = {}, {}
+    steps_self, steps_cross = [], []
+    for t in range(0, 6, 2):  # two new positions per call: causal within the block
+        block = causal[t : t + 2, : t + 2]  # (new, earlier + new)
+        steps_self.append(mha(x[:, t : t + 2], mask=block, cache=self_cache))
+        steps_cross.append(mha(x[:, t : t + 2], memory, cache=cross_cache))
+    torch.testing.assert_close(torch.cat(steps_self, 1), mha(x, mask=causal), rtol=0, atol=1e-12)
+    torch.testing.assert_close(torch.cat(steps_cross, 1), mha(x, memory), rtol=0, atol=1e-12)
+    assert self_cache["k"].shape == (2, 6, N_HEADS * mha.d_head)
+    assert cross_cache["k"].shape == (2, 4, N_HEADS * mha.d_head)
+    with pytest.raises(ValueError, match="mask"):  # a mask must cover earlier + new keys
+        mha(x[:, :1], mask=torch.ones(1, 3, dtype=torch.bool), cache=self_cache)  # 7 keys

@@ -4,6 +4,7 @@
 __all__ = ["MultiHeadAttention"]
 
 # %% ../../notebooks/05_multihead.ipynb #97cb33a6
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
@@ -61,14 +62,16 @@ class MultiHeadAttention(nn.Module):
         memory: Tensor | None = None,
         mask: Tensor | None = None,
         need_weights: bool = False,
+        cache: dict[str, Tensor] | None = None,
     ) -> Tensor | tuple[Tensor, Tensor]:
         """x (batch, T, d_model); memory (batch, S, d_model) for cross-attention, else S = T.
 
         mask: bool, broadcastable to (batch, n_heads, T, S), True = may attend. Returns the
         output (batch, T, d_model), and the weights (batch, n_heads, T, S) if need_weights.
+        cache: a dict kept between decoding steps; self-attention appends this call's keys and
+        values to it, cross-attention projects the memory once and reuses it.
         """
         self._check("x", x)
-        source = x if memory is None else memory
         if memory is not None:
             self._check("memory", memory)
             if memory.size(0) != x.size(0):
@@ -76,16 +79,24 @@ class MultiHeadAttention(nn.Module):
                     f"x has batch size {x.size(0)} but memory has {memory.size(0)}; "
                     f"they must come from the same batch of sentence pairs"
                 )
-        if mask is not None:
-            check_mask(mask, (x.size(0), self.n_heads, x.size(1), source.size(1)))
         inner = self.n_heads * self.d_head
         if memory is None:  # self-attention: one fused product
             q, k, v = self.in_proj(x).split(inner, dim=-1)  # (batch, T, inner) each
+            if cache:  # keys and values of the earlier positions come first
+                k = torch.cat([cache["k"], k], dim=1)  # (batch, S = earlier + T, inner)
+                v = torch.cat([cache["v"], v], dim=1)
         else:  # cross-attention: the Q slice on x, the K and V slices on memory
             w_q, w_kv = self.in_proj.weight.split([inner, 2 * inner])
             b_q, b_kv = self.in_proj.bias.split([inner, 2 * inner])
             q = F.linear(x, w_q, b_q)  # (batch, T, inner)
-            k, v = F.linear(memory, w_kv, b_kv).split(inner, dim=-1)  # (batch, S, inner) each
+            if cache:  # the memory does not change while decoding: reuse its projections
+                k, v = cache["k"], cache["v"]  # (batch, S, inner) each
+            else:
+                k, v = F.linear(memory, w_kv, b_kv).split(inner, dim=-1)  # (batch, S, inner) each
+        if cache is not None:
+            cache["k"], cache["v"] = k, v
+        if mask is not None:
+            check_mask(mask, (x.size(0), self.n_heads, x.size(1), k.size(1)))
         q, k, v = self._split_heads(q), self._split_heads(k), self._split_heads(v)
         dropout_p = self.dropout if self.training else 0.0
         if need_weights:
