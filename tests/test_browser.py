@@ -1,0 +1,225 @@
+"""The built book in a real browser, offline: every page of _toc.yml opened in headless Chromium.
+
+How it works
+- The book is built strictly (`jupyter-book build -W -n --keep-going`) into a temporary folder,
+  so the check always sees the sources as they are now, never a stale `_build/`. Setting
+  `BOOK_HTML=_build/html` checks an existing build instead (the deploy workflow does this, to
+  check the very files it publishes).
+- Playwright drives the system's Chromium (`CHROMIUM_PATH`, else `chromium`, `google-chrome` or
+  `chromium-browser` on the PATH) with --headless --no-sandbox --disable-gpu
+  --disable-background-networking. Every page is a fresh browser context (a first visit) and is
+  opened from disk (file://).
+- Every request is intercepted: file:, data: and about: URLs go through, anything else is
+  blocked and recorded, and the test fails on it. So "works offline" here means "needs nothing
+  but the files of the build".
+- Per page it asserts: MathJax rendered every math element (an mjx-container in each, no TeX
+  error) and no raw `$$` is left in the text; every <img> loaded (naturalWidth > 0); no request
+  left the machine; no JavaScript error (console errors and uncaught exceptions).
+- The search page, `search.html?q=attention`, must list at least one hit, each linking to a
+  built page.
+- A full-page screenshot of every page goes to `_build/screenshots/` (ignored by git; CI keeps
+  it as an artifact).
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+import pytest
+import yaml
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
+from playwright.sync_api import sync_playwright
+
+ROOT = Path(__file__).resolve().parents[1]
+SCREENSHOTS = ROOT / "_build" / "screenshots"
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+LOCAL_SCHEMES = {"file", "data", "about"}
+INSTALL_HINT = (
+    "tests/test_browser.py needs Chromium and found none. Install Debian's package "
+    "(`sudo apt-get install chromium`; `bash .ci/run` does this itself), or point CHROMIUM_PATH "
+    "at a Chromium or Chrome executable."
+)
+
+
+def toc_pages() -> list[str]:
+    """Every file of _toc.yml, in reading order (root first), without its suffix."""
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    pages = [toc["root"]]
+
+    def walk(entries):
+        for entry in entries or []:
+            if "file" in entry:
+                pages.append(entry["file"])
+            walk(entry.get("sections"))
+
+    for part in toc.get("parts", [{"chapters": toc.get("chapters")}]):
+        walk(part.get("chapters"))
+    return [str(Path(page).with_suffix("")) for page in pages]
+
+
+def find_chromium() -> str | None:
+    if path := os.environ.get("CHROMIUM_PATH"):
+        return path
+    for name in ("chromium", "google-chrome", "google-chrome-stable", "chromium-browser"):
+        if found := shutil.which(name):
+            return found
+    return None
+
+
+@pytest.fixture(scope="module")
+def book_html(tmp_path_factory) -> Path:
+    if existing := os.environ.get("BOOK_HTML"):
+        html = Path(existing).resolve()
+        assert (html / "index.html").is_file(), f"BOOK_HTML={existing} holds no built book"
+        return html
+    out = tmp_path_factory.mktemp("book")
+    jupyter_book = Path(sys.executable).with_name("jupyter-book")
+    command = [str(jupyter_book) if jupyter_book.exists() else "jupyter-book", "build", str(ROOT)]
+    command += ["-W", "-n", "--keep-going", "--path-output", str(out)]
+    result = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode == 0, (
+        "the strict book build failed:\n" + (result.stdout + result.stderr)[-6000:]
+    )
+    return out / "_build" / "html"
+
+
+@pytest.fixture(scope="module")
+def browser():
+    executable = find_chromium()
+    if executable is None:
+        pytest.fail(INSTALL_HINT, pytrace=False)
+    if not Path(executable).exists():
+        pytest.fail(f"CHROMIUM_PATH={executable} does not exist. {INSTALL_HINT}", pytrace=False)
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=executable, headless=True, args=CHROMIUM_FLAGS
+        )
+        yield browser
+        browser.close()
+
+
+class Visit:
+    """One page opened offline in a fresh context, with its requests and errors recorded."""
+
+    def __init__(self, browser, html: Path, page: str, query: str = ""):
+        path = html / f"{page}.html"
+        assert path.is_file(), f"{page} is in _toc.yml but the build has no {path.name}"
+        self.blocked: list[str] = []
+        self.errors: list[str] = []
+        self.context = browser.new_context(viewport={"width": 1280, "height": 900})
+        self.context.route("**/*", self._route)
+        self.page = self.context.new_page()
+        self.page.set_default_timeout(30_000)
+        self.page.on("console", self._console)
+        self.page.on("pageerror", lambda error: self.errors.append(f"uncaught error: {error}"))
+        self.page.goto(path.as_uri() + query, wait_until="load")
+
+    def _route(self, route):
+        url = route.request.url
+        if urlparse(url).scheme in LOCAL_SCHEMES:
+            route.continue_()
+        else:
+            self.blocked.append(url)
+            route.abort()
+
+    def _console(self, message):
+        if message.type == "error":
+            where = message.location.get("url", "") if message.location else ""
+            self.errors.append(f"console.error: {message.text}" + (f" ({where})" if where else ""))
+
+    def screenshot(self, name: str) -> None:
+        target = SCREENSHOTS / f"{name}.png"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        self.page.screenshot(path=str(target), full_page=True)
+
+    def close(self) -> None:
+        self.context.close()
+
+
+WAIT_FOR_IMAGES = """async () => {
+  const images = Array.from(document.images);
+  images.forEach((img) => { img.loading = "eager"; });
+  const settled = (img) => img.complete ? null : new Promise((done) => {
+    img.addEventListener("load", done); img.addEventListener("error", done);
+  });
+  const timeout = new Promise((done) => setTimeout(done, 15000));
+  await Promise.race([Promise.all(images.map(settled)), timeout]);
+  return images.map((img) => ({src: img.getAttribute("src"), width: img.naturalWidth}));
+}"""
+
+PAGE_STATE = """() => {
+  const maths = Array.from(document.querySelectorAll("span.math, div.math"));
+  return {
+    elements: maths.length,
+    unrendered: maths.filter((m) => !m.querySelector("mjx-container"))
+                     .map((m) => m.textContent.trim().slice(0, 80)),
+    containers: document.querySelectorAll("mjx-container").length,
+    texErrors: document.querySelectorAll('mjx-container [data-mml-node="merror"]').length,
+    // connections a browser may open without a request that interception would see
+    remoteHints: Array.from(document.querySelectorAll("link[href]"))
+      .filter((l) => /preconnect|dns-prefetch|prefetch|prerender/.test(l.rel))
+      .map((l) => l.href).filter((href) => !/^(file|data|about):/.test(href)),
+  };
+}"""
+
+
+@pytest.mark.parametrize("page", toc_pages())
+def test_page_renders_offline(browser, book_html, page):
+    problems = []
+    visit = Visit(browser, book_html, page)
+    try:
+        has_math = visit.page.locator("span.math, div.math").count() > 0
+        if has_math:  # MathJax typesets after load; its startup promise settles when it is done
+            try:
+                visit.page.wait_for_function(
+                    "() => window.MathJax && MathJax.startup", timeout=20_000
+                )
+                visit.page.evaluate("() => MathJax.startup.promise.then(() => true)")
+            except PlaywrightTimeout:
+                problems.append("MathJax never started (is _static/mathjax/tex-svg-full.js there?)")
+        images = visit.page.evaluate(WAIT_FOR_IMAGES)
+        state = visit.page.evaluate(PAGE_STATE)
+        text = visit.page.inner_text("body")
+        visit.screenshot(page)
+    finally:
+        visit.close()
+
+    if has_math and not state["containers"]:
+        problems.append("the page has math but MathJax rendered none (no mjx-container)")
+    if has_math and state["unrendered"]:
+        problems.append(f"math left unrendered: {state['unrendered'][:5]}")
+    if state["texErrors"]:
+        problems.append(f"{state['texErrors']} TeX errors in the rendered math")
+    if "$$" in text:
+        problems.append("raw $$ in the visible text (math that was never parsed)")
+    if broken := [image["src"] for image in images if image["width"] == 0]:
+        problems.append(f"images that did not load: {broken}")
+    if visit.blocked:
+        problems.append(f"requests that would leave the machine (blocked): {visit.blocked}")
+    if state["remoteHints"]:
+        problems.append(f"links that open remote connections: {state['remoteHints']}")
+    problems += visit.errors
+    assert not problems, f"{page}:\n" + "\n".join(problems)
+
+
+def test_search_works_offline(browser, book_html):
+    visit = Visit(browser, book_html, "search", query="?q=attention")
+    try:
+        visit.page.wait_for_function(
+            "() => /Search finished/.test(document.querySelector('#search-results')?.innerText)"
+        )
+        hits = visit.page.eval_on_selector_all(
+            "#search-results ul.search li > a", "links => links.map((a) => a.href)"
+        )
+        visit.screenshot("search")
+    finally:
+        visit.close()
+
+    assert hits, "searching the offline book for 'attention' found nothing"
+    missing = [hit for hit in hits if not Path(unquote(urlparse(hit).path)).is_file()]
+    assert not missing, f"search hits that link to no built page: {missing}"
+    assert not visit.blocked, f"search: requests that would leave the machine: {visit.blocked}"
+    assert not visit.errors, "search: JavaScript errors:\n" + "\n".join(visit.errors)
