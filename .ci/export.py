@@ -21,7 +21,7 @@ from nbdev.export import nb_export
 from nbdev.maker import ModuleMaker
 
 ROOT = Path(__file__).resolve().parents[1]
-HAND_WRITTEN = {"__init__.py"}  # the only modules in src/transformer not exported from a notebook
+HAND_WRITTEN = {"__init__.py", "__main__.py"}  # not exported from a notebook
 
 
 def fresh_module(**kwargs) -> ModuleMaker:

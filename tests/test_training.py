@@ -1,0 +1,216 @@
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from transformer import training
+from transformer.batching import collate
+from transformer.tokenizer import PAD_ID
+from transformer.training import (
+    TrainConfig,
+    check_config,
+    label_smoothed_loss,
+    load_checkpoint,
+    make_optimizer,
+    noam_lr,
+    save_checkpoint,
+    step_checkpoints,
+    train,
+    train_step,
+)
+
+
+def test_label_smoothing_matches_its_definition_and_torch():
+    torch.manual_seed(0)
+    V, eps = 30, 0.1
+    logits = torch.randn(3, 6, V, dtype=torch.float64)
+    target = torch.randint(4, V, (3, 6))
+    target[0, 4:] = PAD_ID
+    log_p = logits.log_softmax(-1)
+    q = torch.full_like(log_p, eps / V)
+    q.scatter_(-1, target[..., None], 1 - eps + eps / V)  # (1 - eps) one-hot + eps / V
+    real = target != PAD_ID
+    by_hand = -(q * log_p).sum(-1)[real].mean()
+    ours = label_smoothed_loss(logits, target, eps)
+    assert ours.item() == pytest.approx(by_hand.item(), abs=1e-6)  # ours computes in float32
+    ref = F.cross_entropy(
+        logits.flatten(0, 1), target.flatten(), ignore_index=PAD_ID, label_smoothing=eps
+    )
+    assert ref.item() == pytest.approx(by_hand.item(), abs=1e-12)
+    # padding is ignored: changing the logits at padded positions changes nothing
+    logits2 = logits.clone()
+    logits2[0, 4:] = 100.0
+    assert label_smoothed_loss(logits2, target, eps).item() == pytest.approx(ours.item(), abs=1e-6)
+    # eps = 0 is the plain negative log-likelihood
+    nll = -log_p.gather(-1, target[..., None])[..., 0][real].mean()
+    assert label_smoothed_loss(logits, target, 0.0).item() == pytest.approx(nll.item(), abs=1e-6)
+    with pytest.raises(ValueError, match="do not match"):
+        label_smoothed_loss(logits, target[:, :3])
+
+
+def test_noam_values_and_scheduler():
+    assert noam_lr(1, 512, 4000) == pytest.approx(512**-0.5 * 4000**-1.5)
+    assert noam_lr(4000, 512, 4000) == pytest.approx((512 * 4000) ** -0.5)
+    assert noam_lr(16000, 512, 4000) == pytest.approx(512**-0.5 * 16000**-0.5)
+    assert noam_lr(100, 64, 10, factor=2.0) == pytest.approx(2 * 64**-0.5 * 100**-0.5)
+    with pytest.raises(ValueError, match="count from 1"):
+        noam_lr(0, 512, 4000)
+    optimizer, scheduler = make_optimizer(nn.Linear(2, 2), 64, 20, 0.5)
+    assert optimizer.defaults["betas"] == (0.9, 0.98) and optimizer.defaults["eps"] == 1e-9
+    for step in range(1, 60):
+        assert optimizer.param_groups[0]["lr"] == pytest.approx(noam_lr(step, 64, 20, 0.5))
+        optimizer.step()
+        scheduler.step()
+
+
+def test_nan_loss_raises_before_the_update():
+    model = nn.Module()
+    model.lin = nn.Embedding(10, 10)
+    model.forward = lambda src, tgt_in: model.lin(tgt_in) * float("nan")
+    optimizer, scheduler = make_optimizer(model, 8, 4)
+    before = model.lin.weight.detach().clone()
+    with pytest.raises(FloatingPointError, match="not updated"):
+        train_step(model, collate([([4, 5], [6, 7])]), optimizer, scheduler)
+    assert torch.equal(model.lin.weight, before)
+
+
+def test_train_step_clips_the_gradient():
+    torch.manual_seed(0)
+    model = nn.Module()
+    model.lin = nn.Embedding(10, 10)
+    model.forward = lambda src, tgt_in: model.lin(tgt_in) * 1000
+    optimizer, scheduler = make_optimizer(model, 8, 4)
+    train_step(model, collate([([4, 5], [6, 7])]), optimizer, scheduler, clip=0.5)
+    norm = torch.cat([p.grad.flatten() for p in model.parameters()]).norm()
+    assert norm.item() == pytest.approx(0.5, rel=1e-5)
+
+
+def test_atomic_save_leaves_no_temp_files(tmp_path, monkeypatch):
+    path = tmp_path / "ckpt" / "a.pt"
+    save_checkpoint({"w": torch.arange(3), "cfg": {"d_model": 4}}, path)
+    assert load_checkpoint(path)["cfg"] == {"d_model": 4}
+
+    def broken_save(obj, f):
+        with open(f, "wb") as fh:
+            fh.write(b"half a checkpoint")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(torch, "save", broken_save)
+    with pytest.raises(OSError, match="disk full"):
+        save_checkpoint({"w": torch.zeros(3)}, path)
+    assert torch.equal(load_checkpoint(path)["w"], torch.arange(3))  # the old one is intact
+    assert [p.name for p in path.parent.iterdir()] == ["a.pt"]
+    with pytest.raises(FileNotFoundError, match="no checkpoint"):
+        load_checkpoint(tmp_path / "missing.pt")
+
+
+def test_config_checks():
+    with pytest.raises(
+        ValueError, match=r"d_model: checkpoint 64, now 128; n_heads: checkpoint 4, now 8"
+    ):
+        check_config(
+            {"d_model": 64, "n_heads": 4, "n_layers": 2},
+            {"d_model": 128, "n_heads": 8, "n_layers": 2},
+        )
+    check_config({"a": 1}, {"a": 1})
+    with pytest.raises(ValueError, match="preset 'huge'.*both 'en'.*max_steps must be at least 1"):
+        TrainConfig(preset="huge", src="en", tgt="en", max_steps=0)
+    with pytest.raises(ValueError, match="set max_steps or epochs"):
+        TrainConfig()
+
+
+def tiny(tmp_path, name: str, **kw) -> TrainConfig:
+    base = dict(
+        preset="tiny",
+        token_budget=300,
+        log_every=1,
+        eval_every=1000,
+        save_every=2,
+        out=str(tmp_path / name),
+    )
+    return TrainConfig(**(base | kw))
+
+
+def records(cfg: TrainConfig) -> list[dict]:
+    with open(f"{cfg.out}/metrics.jsonl") as f:
+        return [json.loads(line) for line in f]
+
+
+def test_nan_stops_training_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch):
+    calls = []
+
+    def poisoned(*args, **kwargs):
+        calls.append(1)
+        loss = label_smoothed_loss(*args, **kwargs)
+        return loss * math.nan if len(calls) >= 6 else loss
+
+    monkeypatch.setattr(training, "label_smoothed_loss", poisoned)
+    cfg = tiny(tmp_path, "nan", max_steps=10, keep=5)
+    with pytest.raises(FloatingPointError, match=r"step 6: the loss is nan.*last good checkpoint"):
+        train(cfg)
+    assert [p.name for p in step_checkpoints(cfg.out)] == ["step_0000002.pt", "step_0000004.pt"]
+    assert load_checkpoint(f"{cfg.out}/checkpoints/latest.pt")["step"] == 4
+    assert [r["step"] for r in records(cfg)] == [1, 2, 3, 4, 5]
+    assert not list(tmp_path.rglob("*.tmp"))
+
+
+def test_resume_checks_config_keeps_last_k_and_refuses_to_overwrite(tmp_path):
+    cfg = tiny(tmp_path, "run", max_steps=4, save_every=1, keep=2)
+    summary = train(cfg)
+    assert summary["step"] == 4 and summary["val_loss"] is not None
+    assert [p.name for p in step_checkpoints(cfg.out)] == ["step_0000003.pt", "step_0000004.pt"]
+    ckpt = load_checkpoint(f"{cfg.out}/checkpoints/latest.pt")
+    assert {
+        "model",
+        "optimizer",
+        "scheduler",
+        "rng",
+        "sampler",
+        "step",
+        "train_config",
+        "model_config",
+    } <= set(ckpt)
+    assert not list(tmp_path.rglob("*.tmp"))
+    with pytest.raises(FileExistsError, match="already holds a run"):
+        train(cfg)
+    with pytest.raises(ValueError, match=r"model config .*dropout: checkpoint 0.1, now 0.2"):
+        train(tiny(tmp_path, "run", max_steps=6, resume=True, dropout=0.2))
+    with pytest.raises(ValueError, match=r"data config .*seed: checkpoint 0, now 1"):
+        train(tiny(tmp_path, "run", max_steps=6, resume=True, seed=1))
+    with pytest.raises(FileNotFoundError, match="no checkpoint"):
+        train(tiny(tmp_path, "fresh", max_steps=6, resume=True))
+
+
+def cli_train(out, steps: int, *extra: str) -> None:
+    command = [sys.executable, "-m", "transformer", "train", "--src", "en", "--tgt", "de"]
+    command += ["--preset", "tiny", "--max-steps", str(steps), "--seed", "0", "--out", str(out)]
+    command += ["--token-budget", "400", "--eval-every", "1000", *extra]
+    done = subprocess.run(
+        command,
+        capture_output=True,
+        text=True,
+        env=os.environ | {"TQDM_DISABLE": "1"},
+    )
+    assert done.returncode == 0, done.stderr
+
+
+def test_exact_resume_through_the_cli(tmp_path):
+    """30 steps, stop, resume to 60 == 60 steps straight (the issue's acceptance test)."""
+    cli_train(tmp_path / "A", 60)
+    cli_train(tmp_path / "B", 30)
+    cli_train(tmp_path / "B", 60, "--resume")
+    a = [
+        r["loss"] for r in records(TrainConfig(max_steps=1, out=str(tmp_path / "A"))) if "loss" in r
+    ]
+    b = [
+        r["loss"] for r in records(TrainConfig(max_steps=1, out=str(tmp_path / "B"))) if "loss" in r
+    ]
+    assert len(a) == len(b) == 6
+    assert abs(a[-1] - b[-1]) < 1e-4
+    assert b[-1] < b[0]
