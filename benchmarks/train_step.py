@@ -1,34 +1,51 @@
 """Training throughput of our Transformer against torch.nn.Transformer, measured in one run.
 
-Both models get the same configuration, the same (shared, tied) embeddings, the same real
-Multi30k batches, the same loss (label-smoothed cross-entropy) and the same Adam step; they
-differ only in the encoder and decoder stacks. Steps alternate between the two models after a
-warm-up, and the median over the repeats is reported. The last line prints the ratio
-ours / nn.Transformer in target tokens per second.
+Both models get the same configuration (a preset of `transformer.training`), the same shared and
+tied embeddings, the same real Multi30k batches (grouped by length, cut to a token budget), and
+the same `train_step`: label-smoothed loss, Adam with the Noam schedule, gradient clipping. They
+differ only in the encoder and decoder stacks. After a warm-up the two models alternate pass by
+pass, and the median pass time is reported. The last line prints the ratio ours / nn.Transformer
+in target tokens per second.
 
-    python benchmarks/train_step.py                      # paper's base config, CPU
-    python benchmarks/train_step.py --config tiny --repeats 20
-    python benchmarks/train_step.py --device cuda --amp  # bf16 autocast on a GPU
+    python benchmarks/train_step.py                        # the paper's base config, CPU
+    python benchmarks/train_step.py --preset small         # the config chapter 13 trains
+    python benchmarks/train_step.py --device cuda --amp --compile --json results/benchmarks.json
+
+With --compile, torch.compile'd copies of both models are timed too. The FLOPs of one pass are
+counted once by PyTorch's FlopCounterMode (forward and backward, matrix products and attention),
+which gives the achieved TFLOP/s and, on a GPU with a known bf16 peak, its share of that peak.
+On CUDA the peak memory of each model's passes is reported. --json appends the measurement, with
+its provenance (device, torch, commit, command), to a JSON list, replacing an earlier entry of
+the same preset, device, precision and compile setting.
 """
 
 import argparse
+import json
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.utils.flop_counter import FlopCounterMode
 
-from transformer.data import load_multi30k
+from transformer.batching import TokenBatchSampler, collate, example_length, load_pairs
 from transformer.embeddings import TransformerEmbedding
-from transformer.masks import padding_mask
+from transformer.masks import causal_mask, padding_mask
 from transformer.model import Transformer, TransformerConfig
-from transformer.tokenizer import BOS_ID, EOS_ID, PAD_ID, multi30k_tokenizer
+from transformer.results import provenance
+from transformer.tokenizer import PAD_ID, multi30k_tokenizer
+from transformer.training import (
+    PRESETS,
+    autocast_dtype,
+    describe_device,
+    make_optimizer,
+    train_step,
+)
 
-CONFIGS = {  # name -> TransformerConfig overrides (vocab from the shared tokenizer)
-    "base": {},  # the paper's base model: 6+6 layers, d_model 512, 8 heads, d_ff 2048
-    "tiny": dict(d_model=128, n_heads=4, d_ff=512, n_layers=2),
-}
+# dense bf16 tensor-core peak of the GPUs we run on (NVIDIA's data sheets, without sparsity)
+PEAK_BF16_FLOPS = {"H100 PCIe": 756e12, "H100": 989e12, "H200": 989e12}
 
 
 class TorchReference(nn.Module):
@@ -55,13 +72,13 @@ class TorchReference(nn.Module):
         self.generator.weight = self.embed.token.embedding.weight
 
     def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:  # -> (batch, T, vocab)
+        # torch's masks say True = may NOT attend: the complements of ours
         src_pad, tgt_pad = ~padding_mask(src, self.pad_id), ~padding_mask(tgt_in, self.pad_id)
-        causal = torch.ones(tgt_in.size(1), tgt_in.size(1), dtype=torch.bool, device=src.device)
         h = self.transformer(
             self.embed(src),
             self.embed(tgt_in),
-            tgt_mask=causal.triu(1),
-            tgt_is_causal=True,  # torch: True = may NOT attend
+            tgt_mask=~causal_mask(tgt_in.size(1), src.device),
+            tgt_is_causal=True,
             src_key_padding_mask=src_pad,
             tgt_key_padding_mask=tgt_pad,
             memory_key_padding_mask=src_pad,
@@ -69,107 +86,161 @@ class TorchReference(nn.Module):
         return self.generator(h)
 
 
-def pad(seqs: list[Tensor]) -> Tensor:  # -> (batch, longest)
-    return nn.utils.rnn.pad_sequence(seqs, batch_first=True, padding_value=PAD_ID)
+def real_batches(n: int, token_budget: int, max_len: int, tokenizer) -> list:
+    """The first n training batches of epoch 0, as `train` would draw them (en -> de)."""
+    pairs = load_pairs("train", "en", "de", max_len, tokenizer)
+    sampler = TokenBatchSampler([example_length(p) for p in pairs], token_budget, seed=0)
+    return [collate([pairs[i] for i in indices]) for indices in sampler.batches(0)[:n]]
 
 
-def real_batches(n: int, token_budget: int, device: str) -> list[tuple[Tensor, Tensor, Tensor]]:
-    """n padded (src, tgt_in, tgt_out) batches of similar-length Multi30k en-de train pairs."""
-    tok = multi30k_tokenizer()
-    pairs = load_multi30k("train", "en", "de")
-    ids = sorted(
-        zip(tok.encode([s for s, _ in pairs]), tok.encode([t for _, t in pairs]), strict=True),
-        key=lambda p: (len(p[1]), len(p[0])),
-    )
-    batches = []
-    for k in range(n):  # windows spread evenly over the length distribution
-        start, group = (k + 1) * len(ids) // (n + 2), []
-        while (len(group) + 1) * (max(len(ids[start][0]), len(ids[start][1])) + 1) <= token_budget:
-            group.append(ids[start])
-            start += 1
-        src, tgt_in, tgt_out = (
-            pad([torch.tensor(seq) for seq in column])
-            for column in zip(*[(s, [BOS_ID, *t], [*t, EOS_ID]) for s, t in group], strict=True)
-        )  # teacher forcing: the decoder reads BOS y_1 .. y_n and predicts y_1 .. y_n EOS
-        batches.append((src.to(device), tgt_in.to(device), tgt_out.to(device)))
-    return batches
-
-
-def make_step(model: nn.Module, amp: bool, device: str):
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
-
-    def step(src: Tensor, tgt_in: Tensor, tgt_out: Tensor) -> None:
-        with torch.autocast(device, dtype=torch.bfloat16, enabled=amp):
-            logits = model(src, tgt_in)  # (batch, T, vocab)
-            loss = F.cross_entropy(
-                logits.flatten(0, 1).float(),
-                tgt_out.flatten(),
-                ignore_index=PAD_ID,
-                label_smoothing=0.1,
-            )
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-
-    return step
-
-
-def timed(step, batches, device: str) -> float:
-    """Seconds for one pass over the batches."""
-    if device == "cuda":
-        torch.cuda.synchronize()
-    t0 = time.perf_counter()
+def one_pass(run, batches, amp_dtype) -> None:
+    """One training step of run = (model, optimizer, scheduler) on each batch."""
+    model, optimizer, scheduler = run
     for batch in batches:
-        step(*batch)
-    if device == "cuda":
+        train_step(model, batch, optimizer, scheduler, autocast_dtype=amp_dtype)
+
+
+def timed_pass(run, batches, amp_dtype, device) -> tuple[float, int]:
+    """Seconds for one training pass over the batches, and the peak CUDA memory in bytes."""
+    if device.type == "cuda":
         torch.cuda.synchronize()
-    return time.perf_counter() - t0
+        torch.cuda.reset_peak_memory_stats(device)
+    t0 = time.perf_counter()
+    one_pass(run, batches, amp_dtype)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+        return time.perf_counter() - t0, torch.cuda.max_memory_allocated(device)
+    return time.perf_counter() - t0, 0
+
+
+def pass_flops(run, batches, amp_dtype) -> int:
+    """FLOPs of one training pass (forward and backward), counted by PyTorch, not estimated."""
+    with FlopCounterMode(display=False) as counter:
+        one_pass(run, batches, amp_dtype)
+    return counter.get_total_flops()
+
+
+def peak_flops(device: torch.device) -> float | None:
+    """The bf16 peak of this GPU, if it is one we know; None on a CPU or another GPU."""
+    if device.type != "cuda":
+        return None
+    name = torch.cuda.get_device_name(device)
+    return next((peak for key, peak in PEAK_BF16_FLOPS.items() if key in name), None)
+
+
+def record(path: Path, entry: dict) -> None:
+    """Append `entry` to the JSON list in `path`, replacing one of the same setting."""
+    same = ("preset", "amp", "compile")
+    entries = json.loads(path.read_text()) if path.exists() else []
+    entries = [
+        e
+        for e in entries
+        if (e["provenance"]["device"], *(e[k] for k in same))
+        != (entry["provenance"]["device"], *(entry[k] for k in same))
+    ]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps([*entries, entry], indent=1) + "\n")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--config", choices=sorted(CONFIGS), default="base")
+    parser.add_argument("--preset", choices=list(PRESETS), default="base")
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--amp", action="store_true", help="bf16 autocast")
+    parser.add_argument("--amp", action="store_true", help="bf16 autocast (where supported)")
+    parser.add_argument("--compile", action="store_true", help="also time torch.compile'd copies")
     parser.add_argument("--token-budget", type=int, default=2048, help="padded tokens per batch")
-    parser.add_argument("--batches", type=int, default=3, help="distinct batches per repeat")
+    parser.add_argument("--batches", type=int, default=4, help="distinct batches per pass")
     parser.add_argument("--warmup", type=int, default=1, help="untimed passes per model")
     parser.add_argument("--repeats", type=int, default=5, help="timed passes per model")
+    parser.add_argument("--json", type=Path, help="append the measurement to this JSON list")
     args = parser.parse_args()
+    device = torch.device(args.device)
 
     torch.manual_seed(0)
-    tok = multi30k_tokenizer()
-    config = TransformerConfig(
-        tok.vocab_size, tok.vocab_size, pad_id=PAD_ID, **CONFIGS[args.config]
-    )
-    models = {"ours": Transformer(config), "nn.Transformer": TorchReference(config)}
-    batches = real_batches(args.batches, args.token_budget, args.device)
-    n_tokens = sum(int((tgt_out != PAD_ID).sum()) for _, _, tgt_out in batches)
-    steps = {}
-    for name, model in models.items():
-        model.to(args.device).train()
-        steps[name] = make_step(model, args.amp, args.device)
+    tokenizer = multi30k_tokenizer()
+    preset = PRESETS[args.preset]
+    config = TransformerConfig(tokenizer.vocab_size, tokenizer.vocab_size, **preset.model)
+    batches = [
+        b.to(device)
+        for b in real_batches(args.batches, args.token_budget, config.max_len, tokenizer)
+    ]
+    n_tokens = sum(int((b.tgt_out != PAD_ID).sum()) for b in batches)
+    amp_dtype = autocast_dtype(device, args.amp)
+    runs = {}
+    for name, build in (("ours", Transformer), ("nn.Transformer", TorchReference)):
+        for compiled in (False, True) if args.compile else (False,):
+            torch.manual_seed(0)
+            model = build(config).to(device)
+            step_model = torch.compile(model) if compiled else model
+            runs[name + (" compiled" if compiled else "")] = (
+                step_model,
+                *make_optimizer(model, config.d_model, preset.warmup),
+            )
         n_params = sum(p.numel() for p in model.parameters())
         print(f"{name:>15}: {n_params / 1e6:.2f}M parameters")
-    for _ in range(args.warmup):
-        for step in steps.values():
-            timed(step, batches, args.device)
-    times = {name: [] for name in steps}
-    for _ in range(args.repeats):  # alternate, so drifts in machine load hit both alike
-        for name, step in steps.items():
-            times[name].append(timed(step, batches, args.device))
+    flops = pass_flops(runs["ours"], batches, amp_dtype)  # also a first warm-up pass of ours
+    for _ in range(args.warmup):  # compiles, and lets allocators and caches settle
+        for run in runs.values():
+            timed_pass(run, batches, amp_dtype, device)
+    times = {name: [] for name in runs}
+    memory = dict.fromkeys(runs, 0)
+    for _ in range(args.repeats):  # alternate, so drifts in machine load hit all alike
+        for name, run in runs.items():
+            seconds, peak = timed_pass(run, batches, amp_dtype, device)
+            times[name].append(seconds)
+            memory[name] = max(memory[name], peak)
     print(
-        f"config {args.config}, device {args.device}, amp {args.amp}, "
-        f"{len(batches)} batches, {n_tokens} target tokens per pass, {args.repeats} repeats"
+        f"preset {args.preset}, device {device}, autocast {amp_dtype}, threads "
+        f"{torch.get_num_threads()}, {len(batches)} batches, {n_tokens} target tokens and "
+        f"{flops / 1e12:.3f} TFLOP per pass, {args.repeats} repeats"
     )
-    rate = {}
+    peak = peak_flops(device)
+    variants = {}
     for name, ts in times.items():
-        rate[name] = n_tokens / statistics.median(ts)
+        median = statistics.median(ts)
+        v = variants[name] = {
+            "tokens_per_s": round(n_tokens / median, 1),
+            "median_s": round(median, 4),
+            "spread_s": [round(min(ts), 4), round(max(ts), 4)],
+            "tflops": round(flops / median / 1e12, 3),
+            "share_of_bf16_peak": round(flops / median / peak, 4) if peak else None,
+            "peak_memory_gib": round(memory[name] / 2**30, 3) if device.type == "cuda" else None,
+        }
+        extras = f", {v['share_of_bf16_peak']:.1%} of the bf16 peak" if peak else ""
+        extras += f", peak memory {v['peak_memory_gib']:.2f} GiB" if device.type == "cuda" else ""
         print(
-            f"{name:>15}: {rate[name]:>9.0f} target tokens/s "
-            f"(median {statistics.median(ts):.3f} s, spread {min(ts):.3f}-{max(ts):.3f} s)"
+            f"{name:>24}: {v['tokens_per_s']:>9.0f} target tokens/s, {v['tflops']:.2f} TFLOP/s"
+            f"{extras} (median {median:.3f} s, spread {min(ts):.3f}-{max(ts):.3f} s)"
         )
-    print(f"ours / nn.Transformer: {rate['ours'] / rate['nn.Transformer']:.2f}x")
+    rate = {name: v["tokens_per_s"] for name, v in variants.items()}
+    ratios = {
+        f"{a} / {b}": round(rate[a] / rate[b], 3)
+        for a, b in (
+            ("ours", "nn.Transformer compiled"),
+            ("ours compiled", "nn.Transformer compiled"),
+            ("ours", "ours compiled"),
+            ("ours", "nn.Transformer"),  # last: the headline ratio
+        )
+        if a in rate and b in rate
+    }
+    if args.json:
+        entry = {
+            "preset": args.preset,
+            "amp": amp_dtype is not None,
+            "compile": args.compile,
+            "token_budget": args.token_budget,
+            "target_tokens_per_pass": n_tokens,
+            "flops_per_pass": flops,
+            "variants": variants,
+            "ratios": ratios,
+            "provenance": {
+                "device": describe_device(device),
+                **provenance([sys.executable, *sys.argv]),
+            },
+        }
+        record(args.json, entry)
+    for name, ratio in ratios.items():
+        print(f"{name}: {ratio:.2f}x")
 
 
 if __name__ == "__main__":

@@ -34,6 +34,18 @@ def test_layer_norm_standardizes_with_biased_variance():
     torch.testing.assert_close(out, expected, rtol=0, atol=1e-12)
 
 
+def test_layer_norm_of_a_module_cast_to_bf16():
+    torch.manual_seed(0)
+    x = torch.randn(3, 16)
+    ours, ref = LayerNorm(16), nn.LayerNorm(16)
+    with torch.no_grad():
+        ours.weight.normal_()
+        ref.load_state_dict(ours.state_dict())
+    out = ours.to(torch.bfloat16)(x.to(torch.bfloat16))  # weights and input both bf16
+    assert out.dtype == torch.bfloat16
+    torch.testing.assert_close(out.float(), ref(x), rtol=0, atol=0.05)
+
+
 def test_layer_norm_rejects_wrong_last_dimension():
     with pytest.raises(ValueError, match=r"last dimension of 16, got shape \(2, 3, 8\)"):
         LayerNorm(16)(torch.zeros(2, 3, 8))

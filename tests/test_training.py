@@ -205,12 +205,12 @@ def test_exact_resume_through_the_cli(tmp_path):
     cli_train(tmp_path / "A", 60)
     cli_train(tmp_path / "B", 30)
     cli_train(tmp_path / "B", 60, "--resume")
-    a = [
-        r["loss"] for r in records(TrainConfig(max_steps=1, out=str(tmp_path / "A"))) if "loss" in r
-    ]
-    b = [
-        r["loss"] for r in records(TrainConfig(max_steps=1, out=str(tmp_path / "B"))) if "loss" in r
-    ]
+    a, b = (
+        [r for r in records(TrainConfig(max_steps=1, out=str(tmp_path / run))) if "loss" in r]
+        for run in ("A", "B")
+    )
     assert len(a) == len(b) == 6
-    assert abs(a[-1] - b[-1]) < 1e-4
-    assert b[-1] < b[0]
+    assert abs(a[-1]["loss"] - b[-1]["loss"]) < 1e-4
+    assert b[-1]["loss"] < b[0]["loss"]
+    wall = [r["wall_s"] for r in b]  # the resumed session carries on counting the first one's time
+    assert wall == sorted(wall) and wall[3] > wall[2] > 0

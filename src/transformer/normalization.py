@@ -7,14 +7,15 @@ __all__ = ["LayerNorm", "Residual"]
 from collections.abc import Callable
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 
 class LayerNorm(nn.Module):
     """LN(x) = gamma * (x - mu) / sqrt(sigma^2 + eps) + beta over the last axis (eq. layer-norm).
 
-    The statistics are computed in at least float32, so bf16/fp16 activations under autocast keep
-    their precision; the result has the input's dtype.
+    Computed by the fused F.layer_norm, in at least float32, so bf16/fp16 activations under
+    autocast keep their precision; the result has the input's dtype.
     """
 
     def __init__(self, d_model: int, eps: float = 1e-5):
@@ -29,9 +30,8 @@ class LayerNorm(nn.Module):
                 f"LayerNorm expects a last dimension of {self.d_model}, got shape {tuple(x.shape)}"
             )
         h = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
-        mu = h.mean(dim=-1, keepdim=True)  # (..., 1)
-        var = h.var(dim=-1, keepdim=True, correction=0)  # (..., 1), the biased estimate
-        return ((h - mu) * torch.rsqrt(var + self.eps) * self.weight + self.bias).to(x.dtype)
+        gamma, beta = self.weight.to(h.dtype), self.bias.to(h.dtype)  # also for a bf16 module
+        return F.layer_norm(h, (self.d_model,), gamma, beta, self.eps).to(x.dtype)  # (..., d_model)
 
 
 # %% ../../notebooks/06_normalization.ipynb #529f4fa2

@@ -15,6 +15,7 @@ __all__ = [
     "check_config",
     "step_checkpoints",
     "setup_distributed",
+    "describe_device",
     "autocast_dtype",
     "train",
 ]
@@ -23,6 +24,7 @@ __all__ = [
 import json
 import math
 import os
+import platform
 import shutil
 import time
 from dataclasses import asdict, dataclass
@@ -176,6 +178,7 @@ class TrainConfig:
     save_every: int = 500
     keep: int = 5  # step checkpoints kept (chapter 12 averages them), besides latest.pt
     amp: bool = True  # bf16 autocast where the device supports it
+    compile: bool = False  # torch.compile the model for training (pays off on a GPU; chapter 13)
 
     def __post_init__(self):
         problems = []
@@ -299,6 +302,14 @@ def setup_distributed(device: str = "auto") -> tuple[int, int, torch.device]:
     return dist.get_rank(), world_size, dev
 
 
+def describe_device(device: torch.device | str) -> str:
+    """The device as a reader would name it: the GPU model, or the CPU's architecture and cores."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return f"cpu ({platform.machine()}, {os.cpu_count()} cores)"
+
+
 def autocast_dtype(device: torch.device, amp: bool = True) -> torch.dtype | None:
     """bfloat16 on a CUDA device that supports it (and when `amp`), else None: full float32."""
     return (
@@ -320,7 +331,7 @@ def train(cfg: TrainConfig) -> dict:
 
 
 def _train(cfg: TrainConfig, rank: int, world_size: int, device: torch.device) -> dict:
-    out, preset = Path(cfg.out), PRESETS[cfg.preset]
+    started, out, preset = time.perf_counter(), Path(cfg.out), PRESETS[cfg.preset]
     metrics_path, latest = out / "metrics.jsonl", out / "checkpoints" / "latest.pt"
     if not cfg.resume and (metrics_path.exists() or latest.exists()):
         raise FileExistsError(
@@ -353,7 +364,7 @@ def _train(cfg: TrainConfig, rank: int, world_size: int, device: torch.device) -
     torch.manual_seed(cfg.seed)  # the same initial weights on every rank
     model = Transformer(model_cfg).to(device)
     optimizer, scheduler = make_optimizer(model, model_cfg.d_model, warmup, cfg.lr_factor)
-    step = 0
+    step, wall_before = 0, 0.0  # wall_before: seconds spent in earlier, resumed-from sessions
     if cfg.resume:
         ckpt = load_checkpoint(latest)
         check_config(ckpt["model_config"], asdict(model_cfg), "model")
@@ -368,12 +379,14 @@ def _train(cfg: TrainConfig, rank: int, world_size: int, device: torch.device) -
         scheduler.load_state_dict(ckpt["scheduler"])
         sampler.load_state_dict(ckpt["sampler"])
         _set_rng_state(ckpt["rng"][rank], device)
-        step = ckpt["step"]
+        step, wall_before = ckpt["step"], ckpt["wall_s"]
         if rank == 0:
             _trim_metrics(metrics_path, step)
     else:
         torch.manual_seed(cfg.seed + rank)  # but different dropout masks
     ddp = DistributedDataParallel(model) if world_size > 1 else model
+    if cfg.compile:  # the compiled module shares its weights with `model`
+        ddp = torch.compile(ddp)
     amp_dtype = autocast_dtype(device, cfg.amp)
 
     total = cfg.max_steps or math.inf
@@ -460,13 +473,16 @@ def _train(cfg: TrainConfig, rank: int, world_size: int, device: torch.device) -
                             "scheduler": scheduler.state_dict(),
                             "sampler": sampler.state_dict(),
                             "rng": rng,
+                            "wall_s": wall_before + time.perf_counter() - started,
                             "world_size": world_size,
+                            "device": describe_device(device),
                             "train_config": asdict(cfg),
                             "model_config": asdict(model_cfg),
                         },
                         cfg.keep,
                     )
             if rank == 0 and record:
+                record["wall_s"] = round(wall_before + time.perf_counter() - started, 2)
                 with metrics_path.open("a") as f:
                     f.write(json.dumps(record) + "\n")
             if record:
@@ -476,6 +492,7 @@ def _train(cfg: TrainConfig, rank: int, world_size: int, device: torch.device) -
                 break
     bar.close()
     summary.update(
+        wall_s=round(wall_before + time.perf_counter() - started, 2),
         step=step,
         epoch=sampler.epoch,
         checkpoint=str(latest),
