@@ -1,11 +1,15 @@
+import io
 import json
 import os
 import subprocess
 import sys
+from dataclasses import asdict
 
 import pytest
 
 from transformer.cli import build_parser, main
+from transformer.results import load_results, missing_keys, train_command
+from transformer.training import TrainConfig
 
 
 def error_of(argv: list[str], capsys) -> str:
@@ -28,6 +32,9 @@ def error_of(argv: list[str], capsys) -> str:
         (["train", "--max-steps", "5", "--lr-factor", "0"], "must be > 0"),
         (["train"], "set max_steps or epochs"),
         (["train", "--max-steps", "5", "--device", "gpu"], "'gpu' is not a device"),
+        (["translate", "--checkpoint", "x", "--beam", "0"], "--beam: must be >= 1, got 0"),
+        (["evaluate", "--checkpoint", "x", "--split", "dev"], "invalid choice: 'dev'"),
+        (["record", "run"], "the following arguments are required: --out"),
         (["fly"], "invalid choice: 'fly'"),
         ([], "required: COMMAND"),
     ],
@@ -44,7 +51,7 @@ def test_help_explains_every_flag(capsys):
     for flag in ("--src", "--tgt", "--preset", "--max-steps", "--epochs", "--seed", "--out",
                  "--resume", "--device", "--token-budget", "--warmup", "--lr-factor",
                  "--label-smoothing", "--dropout", "--clip", "--log-every", "--eval-every",
-                 "--save-every", "--keep", "--no-amp"):  # fmt: skip
+                 "--save-every", "--keep", "--no-amp", "--compile"):  # fmt: skip
         assert flag in text
     assert "train" in build_parser().format_help()
 
@@ -76,3 +83,65 @@ def test_torchrun_two_cpu_processes_with_gloo(tmp_path):
         "step_0000003.pt",
         "step_0000006.pt",
     ]
+
+
+def test_train_command_rebuilds_the_run_flag_for_flag():
+    cfg = TrainConfig(src="de", tgt="en", epochs=3, token_budget=700, amp=False, compile=True)
+    argv = train_command(asdict(cfg)).split()[3:]  # past "python -m transformer"
+    args = build_parser().parse_args(argv)
+    rebuilt = TrainConfig(**{k: v for k, v in vars(args).items() if k in asdict(cfg)})
+    assert rebuilt == cfg
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    """A tiny run of 10 steps with a checkpoint every 2 (5 kept), through the real command."""
+    run = tmp_path_factory.mktemp("tiny") / "run"
+    argv = ["train", "--max-steps", "10", "--save-every", "2", "--eval-every", "10", "--out"]
+    assert main([*argv, str(run)]) == 0
+    return run
+
+
+def test_translate_keeps_empty_lines_and_warns_on_long_input(tiny_run, capsys, monkeypatch):
+    long_line = "a dog " * 200  # longer than max_len=256 pieces
+    monkeypatch.setattr("sys.stdin", io.StringIO(f"A man rides a bike.\n\n{long_line}\n"))
+    with pytest.warns(UserWarning, match="1 of 3 sentences are longer than the model's max_len"):
+        assert main(["translate", "--checkpoint", str(tiny_run), "--beam", "2"]) == 0
+    lines = capsys.readouterr().out.split("\n")
+    assert len(lines) == 4 and lines[0] and lines[1] == "" and lines[3] == ""
+
+
+def test_evaluate_prints_both_bleu_and_writes_translations(tiny_run, tmp_path, capsys):
+    hyps = tmp_path / "val.hyp.txt"
+    argv = ["evaluate", "--checkpoint", str(tiny_run), "--split", "val", "--beam", "1"]
+    assert main([*argv, "--average", "5", "--hypotheses", str(hyps)]) == 0
+    out = capsys.readouterr().out
+    assert "case:mixed|eff:no|tok:13a" in out and "case:lc|eff:no|tok:13a" in out
+    assert len(hyps.read_text().splitlines()) == 1014
+
+
+def test_record_writes_a_complete_result(tiny_run, tmp_path, capsys):
+    out = tmp_path / "results" / "en-de.json"
+    argv = ["record", str(tiny_run), "--out", str(out), "--max-sentences", "8", "--beam", "2"]
+    assert main(argv) == 0
+    (result,) = load_results(out.parent)
+    assert not missing_keys(result)
+    assert result["direction"] == "en-de" and result["steps"] == 10
+    assert result["config"]["decoding"] == {
+        "average": 5,
+        "beam_size": 2,
+        "alpha": 0.6,
+        "max_sentences": 8,
+    }
+    assert result["curves"]["val_step"] == [10]
+    assert result["command"].startswith("python -m transformer train --src en --tgt de")
+    assert "&& python -m transformer record" in result["command"]
+    assert len(result["attention"]["last_layer"]) == 4  # the tiny preset's heads
+
+
+def test_record_refuses_too_few_checkpoints_and_bad_results(tiny_run, tmp_path, capsys):
+    assert main(["record", str(tiny_run), "--out", str(tmp_path / "r.json"), "--average", "6"]) == 1
+    assert "keeps 5 step checkpoints, fewer than the 6" in capsys.readouterr().err
+    (tmp_path / "bad.json").write_text(json.dumps({"direction": "en-de"}))
+    with pytest.raises(ValueError, match="bad.json is not a recorded run: it lacks device"):
+        load_results(tmp_path)

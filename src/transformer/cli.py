@@ -10,6 +10,12 @@ __all__ = [
     "device_name",
     "add_train_parser",
     "run_train",
+    "add_translate_parser",
+    "run_translate",
+    "add_evaluate_parser",
+    "run_evaluate",
+    "add_record_parser",
+    "run_record",
     "build_parser",
     "main",
 ]
@@ -21,10 +27,15 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import fields
+from pathlib import Path
 
 import torch
 
-from .data import LANGUAGES
+from .data import LANGUAGES, SPLIT_SIZES
+from .evaluation import evaluate_split, load_model, translate
+from .model import Transformer
+from .results import checkpoint_paths, record_run, write_result
+from .tokenizer import Tokenizer, multi30k_tokenizer
 from .training import PRESETS, TrainConfig, train
 
 
@@ -61,17 +72,32 @@ def device_name(text: str) -> str:
     return text
 
 
+def _subcommand(
+    commands: argparse._SubParsersAction, name: str, run: Callable, help: str, description: str
+) -> argparse.ArgumentParser:
+    """A subcommand's parser that shows defaults in its help and calls `run(args)`."""
+    p = commands.add_parser(
+        name,
+        help=help,
+        description=description,
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.set_defaults(run=run, parser=p)
+    return p
+
+
 # %% ../../notebooks/13_gpu_training.ipynb #447dac59
 def add_train_parser(commands: argparse._SubParsersAction) -> None:
     """The `train` subcommand: every flag is a TrainConfig field of the same name."""
     d = TrainConfig.__dataclass_fields__
-    p = commands.add_parser(
+    p = _subcommand(
+        commands,
         "train",
+        run_train,
         help="train a Transformer on Multi30k",
         description="Train a Transformer on Multi30k. Under torchrun it trains with "
         "DistributedDataParallel, one process per device. Writes OUT/metrics.jsonl and "
         "OUT/checkpoints/.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     data = p.add_argument_group("data and model")
     data.add_argument("--src", choices=LANGUAGES, default=d["src"].default, help="source language")
@@ -149,6 +175,11 @@ def add_train_parser(commands: argparse._SubParsersAction) -> None:
         default=argparse.SUPPRESS,
         help="train in float32 even where bf16 autocast is supported",
     )
+    opt.add_argument(
+        "--compile",
+        action="store_true",
+        help="torch.compile the model (minutes to compile; pays off on a GPU)",
+    )
     cadence = p.add_argument_group("cadences")
     cadence.add_argument(
         "--log-every",
@@ -171,7 +202,6 @@ def add_train_parser(commands: argparse._SubParsersAction) -> None:
     cadence.add_argument(
         "--keep", type=positive_int, default=d["keep"].default, help="step checkpoints to keep"
     )
-    p.set_defaults(run=run_train, parser=p)
 
 
 def run_train(args: argparse.Namespace) -> int:
@@ -187,8 +217,149 @@ def run_train(args: argparse.Namespace) -> int:
     return 0
 
 
+# %% ../../notebooks/13_gpu_training.ipynb #9b02cf8a
+def _add_checkpoint_arguments(
+    p: argparse.ArgumentParser, average: int, checkpoint: bool = True
+) -> None:
+    """The flags that choose a model and how it decodes, shared by translate/evaluate/record."""
+    if checkpoint:  # record takes a run folder as its positional argument instead
+        p.add_argument(
+            "--checkpoint",
+            required=True,
+            help="a checkpoint file, or a run folder that train wrote",
+        )
+    p.add_argument(
+        "--average",
+        type=positive_int,
+        default=average,
+        help="with a run folder: average its last K step checkpoints (the paper averages 5)",
+    )
+    p.add_argument("--beam", type=positive_int, default=4, help="beam size (1: greedy decoding)")
+    p.add_argument(
+        "--alpha", type=non_negative_float, default=0.6, help="length penalty exponent (eq. lp)"
+    )
+    p.add_argument(
+        "--device", type=device_name, default="auto", help="auto (CUDA if available), cpu, ..."
+    )
+
+
+def _device(name: str) -> torch.device:
+    return (
+        torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        if name == "auto"
+        else torch.device(name)
+    )
+
+
+def _load(args: argparse.Namespace) -> tuple[Transformer, dict, Tokenizer]:
+    model, ckpt = load_model(checkpoint_paths(args.checkpoint, args.average), _device(args.device))
+    return model, ckpt, multi30k_tokenizer()
+
+
+def add_translate_parser(commands: argparse._SubParsersAction) -> None:
+    p = _subcommand(
+        commands,
+        "translate",
+        run_translate,
+        help="translate sentences with a trained model",
+        description="Translate the sentences given as arguments, or else each line of standard "
+        "input, and print one translation per line. An empty line gives an empty line; a "
+        "sentence longer than the model's max_len is truncated, with a warning.",
+    )
+    p.add_argument("sentences", nargs="*", help="sentences to translate (default: standard input)")
+    _add_checkpoint_arguments(p, average=1)
+
+
+def run_translate(args: argparse.Namespace) -> int:
+    model, _, tokenizer = _load(args)
+    sentences = args.sentences or sys.stdin.read().splitlines()
+    for line in translate(model, tokenizer, sentences, args.beam, length_penalty=args.alpha):
+        print(line)
+    return 0
+
+
+def add_evaluate_parser(commands: argparse._SubParsersAction) -> None:
+    p = _subcommand(
+        commands,
+        "evaluate",
+        run_evaluate,
+        help="BLEU of a trained model on a Multi30k split",
+        description="Translate a Multi30k split in the direction the model was trained for, "
+        "print sacreBLEU cased (detokenized) and lowercased, each with its signature, and write "
+        "the translations to a file, one per line.",
+    )
+    p.add_argument(
+        "--split", choices=list(SPLIT_SIZES), default="test_2016_flickr", help="the split to score"
+    )
+    p.add_argument(
+        "--hypotheses", help="file for the translations (default: SPLIT.SRC-TGT.hyp.txt here)"
+    )
+    _add_checkpoint_arguments(p, average=1)
+
+
+def run_evaluate(args: argparse.Namespace) -> int:
+    model, ckpt, tokenizer = _load(args)
+    src, tgt = ckpt["train_config"]["src"], ckpt["train_config"]["tgt"]
+    scored = evaluate_split(
+        model, tokenizer, args.split, src, tgt, args.beam, length_penalty=args.alpha
+    )
+    out = Path(args.hypotheses or f"{args.split}.{src}-{tgt}.hyp.txt")
+    out.write_text("".join(line + "\n" for line in scored.hypotheses))
+    b = scored.bleu
+    print(f"{args.split} {src}->{tgt}, {len(scored.hypotheses)} sentences, beam {args.beam}")
+    print(f"cased, detokenized: {b.cased}\n  signature: {b.cased_signature}")
+    print(f"lowercased 13a:     {b.lowercased}\n  signature: {b.lowercased_signature}")
+    print(f"translations written to {out}")
+    return 0
+
+
+def add_record_parser(commands: argparse._SubParsersAction) -> None:
+    p = _subcommand(
+        commands,
+        "record",
+        run_record,
+        help="score a finished run and write its results JSON",
+        description="Average a run's last checkpoints, score val and test_2016_flickr with "
+        "sacreBLEU, and write the run's record with its provenance (results/<run>.json). Run it "
+        "on the machine that trained, right after train.",
+    )
+    p.add_argument("run_dir", metavar="RUN", help="the run folder that train wrote (its --out)")
+    p.add_argument("--out", required=True, help="the JSON file to write, e.g. results/en-de.json")
+    p.add_argument(
+        "--samples", type=positive_int, default=5, help="test translations to keep as samples"
+    )
+    p.add_argument(
+        "--max-sentences",
+        type=positive_int,
+        default=argparse.SUPPRESS,
+        help="score only the first N sentences of each split (for smoke runs; never for results)",
+    )
+    _add_checkpoint_arguments(p, average=5, checkpoint=False)
+
+
+def run_record(args: argparse.Namespace) -> int:
+    result = record_run(
+        args.run_dir,
+        ["python -m transformer", *args.argv],
+        args.average,
+        args.beam,
+        args.alpha,
+        args.samples,
+        _device(args.device),
+        getattr(args, "max_sentences", None),
+    )
+    path = write_result(result, args.out)
+    test = result["bleu"]["test_2016_flickr"]
+    print(
+        f"{result['direction']}: test_2016_flickr BLEU {test['sacrebleu_lc']} lowercased, "
+        f"{test['sacrebleu_cased']} cased; trained {result['train_wall_seconds']} s on "
+        f"{result['device']}; written to {path}"
+    )
+    return 0
+
+
 # %% ../../notebooks/13_gpu_training.ipynb #fd861fa3
-SUBCOMMANDS = [add_train_parser]  # chapter 12 adds translate and evaluate
+SUBCOMMANDS = [add_train_parser, add_translate_parser, add_evaluate_parser, add_record_parser]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -204,7 +375,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of `python -m transformer`; returns the exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
+    args.argv = argv  # the command as typed, for the provenance of recorded results
     try:
         return args.run(args)
     except (OSError, ValueError, FloatingPointError) as err:
