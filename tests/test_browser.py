@@ -17,11 +17,14 @@ How it works
   left the machine; no JavaScript error (console errors and uncaught exceptions).
 - The search page, `search.html?q=attention`, must list at least one hit, each linking to a
   built page.
+- Every chapter page carries launch buttons that open that very notebook on Colab and on Binder
+  (JupyterLab), built from the repository in _config.yml.
 - A full-page screenshot of every page goes to `_build/screenshots/` (ignored by git; CI keeps
   it as an artifact).
 """
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -58,6 +61,18 @@ def toc_pages() -> list[str]:
     for part in toc.get("parts", [{"chapters": toc.get("chapters")}]):
         walk(part.get("chapters"))
     return [str(Path(page).with_suffix("")) for page in pages]
+
+
+def launch_urls(notebook: str) -> list[str]:
+    """The Colab and Binder addresses that should open `notebook` (a path without .ipynb)."""
+    config = yaml.safe_load((ROOT / "_config.yml").read_text())
+    repository = urlparse(config["repository"]["url"]).path.strip("/")
+    branch = config["repository"]["branch"]
+    launch = config["launch_buttons"]
+    return [
+        f"{launch['colab_url']}/github/{repository}/blob/{branch}/{notebook}.ipynb",
+        f"{launch['binderhub_url']}/v2/gh/{repository}/{branch}?urlpath=lab/tree/{notebook}.ipynb",
+    ]
 
 
 def find_chromium() -> str | None:
@@ -223,3 +238,12 @@ def test_search_works_offline(browser, book_html):
     assert not missing, f"search hits that link to no built page: {missing}"
     assert not visit.blocked, f"search: requests that would leave the machine: {visit.blocked}"
     assert not visit.errors, "search: JavaScript errors:\n" + "\n".join(visit.errors)
+
+
+@pytest.mark.parametrize(
+    "notebook", [page for page in toc_pages() if page.startswith("notebooks/")]
+)
+def test_launch_buttons_open_the_chapter(book_html, notebook):
+    links = re.findall(r'href="([^"]+)"', (book_html / f"{notebook}.html").read_text())
+    missing = [url for url in launch_urls(notebook) if url not in links]
+    assert not missing, f"{notebook}: no launch button for {missing}"

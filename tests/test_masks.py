@@ -39,6 +39,15 @@ def test_causal_mask_is_lower_triangular():
     assert causal_mask(1).tolist() == [[True]]
 
 
+def test_causal_mask_with_start_is_the_bottom_rows_of_the_full_triangle():
+    full = causal_mask(7)
+    for start in range(7):
+        for size in range(1, 8 - start):
+            rows = causal_mask(size, start=start)
+            assert rows.shape == (size, start + size)
+            assert torch.equal(rows, full[start : start + size, : start + size]), (start, size)
+
+
 def test_causal_mask_matches_pytorch_additive_form():
     assert torch.equal(
         additive_mask(causal_mask(5)), torch.nn.Transformer.generate_square_subsequent_mask(5)
@@ -157,6 +166,7 @@ def test_masks_follow_the_device_and_int32_ids():
         (lambda: causal_mask(0), ValueError, "positive integer size, got 0"),
         (lambda: causal_mask(-3), ValueError, "got -3"),
         (lambda: causal_mask(2.0), ValueError, "got 2.0"),
+        (lambda: causal_mask(2, start=-1), ValueError, "non-negative integer start, got -1"),
         (lambda: additive_mask(SRC), TypeError, "boolean mask.*int64"),
         (lambda: additive_mask(causal_mask(2), torch.long), TypeError, "floating dtype"),
     ],

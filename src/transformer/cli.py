@@ -36,7 +36,7 @@ from .evaluation import evaluate_split, load_model, translate
 from .model import Transformer
 from .results import checkpoint_paths, record_run, write_result
 from .tokenizer import Tokenizer, multi30k_tokenizer
-from .training import PRESETS, TrainConfig, train
+from .training import PRESETS, TrainConfig, resolve_device, train
 
 
 def _number(kind: type, low: float, low_ok: bool, high: float | None = None) -> Callable:
@@ -243,16 +243,10 @@ def _add_checkpoint_arguments(
     )
 
 
-def _device(name: str) -> torch.device:
-    return (
-        torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        if name == "auto"
-        else torch.device(name)
-    )
-
-
 def _load(args: argparse.Namespace) -> tuple[Transformer, dict, Tokenizer]:
-    model, ckpt = load_model(checkpoint_paths(args.checkpoint, args.average), _device(args.device))
+    model, ckpt = load_model(
+        checkpoint_paths(args.checkpoint, args.average), resolve_device(args.device)
+    )
     return model, ckpt, multi30k_tokenizer()
 
 
@@ -345,7 +339,7 @@ def run_record(args: argparse.Namespace) -> int:
         args.beam,
         args.alpha,
         args.samples,
-        _device(args.device),
+        resolve_device(args.device),
         getattr(args, "max_sentences", None),
     )
     path = write_result(result, args.out)

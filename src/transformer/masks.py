@@ -33,11 +33,14 @@ def padding_mask(ids: Tensor, pad_id: int) -> Tensor:
     return ids != pad_id
 
 
-def causal_mask(size: int, device: torch.device | str | None = None) -> Tensor:
-    """c[t, s] = s <= t (eq. causal-mask): a (size, size) lower-triangular bool matrix."""
+def causal_mask(size: int, device: torch.device | str | None = None, start: int = 0) -> Tensor:
+    """c[t, s] = s <= start + t (eq. causal-mask): (size, start + size) bool, lower-triangular.
+    start > 0 gives the rows of `size` new positions after `start` kept ones (a decoder cache)."""
     if isinstance(size, bool) or not isinstance(size, int) or size < 1:
         raise ValueError(f"causal_mask needs a positive integer size, got {size!r}")
-    return torch.ones(size, size, dtype=torch.bool, device=device).tril()
+    if isinstance(start, bool) or not isinstance(start, int) or start < 0:
+        raise ValueError(f"causal_mask needs a non-negative integer start, got {start!r}")
+    return torch.ones(size, start + size, dtype=torch.bool, device=device).tril(start)
 
 
 # %% ../../notebooks/04_masking.ipynb #42b740e1

@@ -14,7 +14,7 @@ from torch import Tensor, nn
 from .decoder import Decoder, DecoderCache
 from .embeddings import TokenEmbedding, TransformerEmbedding
 from .encoder import Encoder
-from .masks import cross_mask, decoder_mask, encoder_mask, padding_mask
+from .masks import causal_mask, cross_mask, decoder_mask, encoder_mask, padding_mask
 from .tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 
@@ -130,9 +130,7 @@ class Transformer(nn.Module):
         if cache is None:
             self_mask, x_mask = decoder_mask(tgt_in, pad), cross_mask(tgt_in, src, pad)
         else:  # new positions see all kept ones, and the new ones causally
-            n_new = tgt_in.size(1)
-            self_mask = torch.ones(n_new, start + n_new, dtype=torch.bool, device=src.device)
-            self_mask = self_mask.tril(start)  # (T_new, T_all)
+            self_mask = causal_mask(tgt_in.size(1), src.device, start)  # (T_new, T_all)
             x_mask = padding_mask(src, pad)[:, None, None, :]  # (batch, 1, 1, S)
         h = self.decoder(self.tgt_embed(tgt_in, start), memory, self_mask, x_mask, cache)
         return self.generator(h)  # h E^T: (batch, T, tgt_vocab_size)

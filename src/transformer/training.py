@@ -14,6 +14,7 @@ __all__ = [
     "load_checkpoint",
     "check_config",
     "step_checkpoints",
+    "resolve_device",
     "setup_distributed",
     "describe_device",
     "autocast_dtype",
@@ -285,12 +286,17 @@ def _trim_metrics(path: Path, step: int) -> None:
 
 
 # %% ../../notebooks/11_training.ipynb #cc826561
+def resolve_device(name: str) -> torch.device:
+    """The device a --device name means: "auto" is CUDA when available, else the CPU."""
+    return torch.device(
+        ("cuda" if torch.cuda.is_available() else "cpu") if name == "auto" else name
+    )
+
+
 def setup_distributed(device: str = "auto") -> tuple[int, int, torch.device]:
     """(rank, world_size, device). Under torchrun (WORLD_SIZE > 1) this joins the process group:
     NCCL with one GPU per process on CUDA, gloo on the CPU."""
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    dev = torch.device(device)
+    dev = resolve_device(device)
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     if world_size == 1:
         return 0, 1, dev

@@ -23,7 +23,7 @@ from torch import Tensor, nn
 from .decoder import Decoder, DecoderCache
 from .embeddings import TransformerEmbedding
 from .encoder import Encoder
-from .masks import decoder_mask, encoder_mask
+from .masks import causal_mask, decoder_mask, encoder_mask
 from .model import TransformerConfig
 from .normalization import LayerNorm
 from .tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
@@ -157,9 +157,7 @@ class CausalLM(nn.Module):
         if cache is None:
             mask = decoder_mask(ids, self.config.pad_id)  # (batch, 1, T, T)
         else:
-            n_new = ids.size(1)
-            mask = torch.ones(n_new, start + n_new, dtype=torch.bool, device=ids.device)
-            mask = mask.tril(start)  # (T_new, T_all)
+            mask = causal_mask(ids.size(1), ids.device, start)  # (T_new, T_all)
         h = self.decoder(self.embed(ids, start), self_mask=mask, cache=cache)
         return h @ self.embed.token.embedding.weight.T  # tied: (batch, T, vocab_size)
 

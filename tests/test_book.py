@@ -1,0 +1,129 @@
+"""The book's sources keep the conventions a reader relies on, and its workflows stay valid.
+
+- Every chapter notebook starts with the install cell that makes it run on Colab, pointing at
+  the repository that `_config.yml` names (the launch buttons open notebooks from there).
+- Every figure is a numbered figure with a caption and a name, and the text refers to it.
+- Every labelled equation is referred to somewhere, and no text says "see above".
+- The deploy and test workflows are valid YAML with the permissions and actions they need.
+
+The rendered side (math, images, offline, launch links) is checked in tests/test_browser.py.
+"""
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
+REPOSITORY = CONFIG["repository"]["url"]
+
+
+def cells(notebook: Path) -> list[dict]:
+    return json.loads(notebook.read_text())["cells"]
+
+
+def source(cell: dict) -> str:
+    return "".join(cell["source"])
+
+
+def book_text() -> str:
+    """All markdown of the book: the notebooks' markdown cells, figure captions and book/*.md."""
+    parts = [page.read_text() for page in sorted((ROOT / "book").glob("*.md"))]
+    for notebook in NOTEBOOKS:
+        for cell in cells(notebook):
+            if cell["cell_type"] == "markdown":
+                parts.append(source(cell))
+            elif figure := figure_options(cell):
+                parts.append(figure.get("caption", ""))
+    return "\n".join(parts)
+
+
+def figure_options(cell: dict) -> dict | None:
+    return cell.get("metadata", {}).get("mystnb", {}).get("figure")
+
+
+def is_figure(cell: dict) -> bool:
+    outputs = cell.get("outputs", []) if cell["cell_type"] == "code" else []
+    return any("image/png" in output.get("data", {}) for output in outputs)
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda path: path.stem)
+def test_notebook_starts_with_the_install_cell(notebook):
+    first_code = next(cell for cell in cells(notebook) if cell["cell_type"] == "code")
+    text = source(first_code)
+    assert "import transformer" in text and "except ModuleNotFoundError:" in text, text
+    assert f'%pip install --quiet "transformer @ git+{REPOSITORY}"' in text, (
+        f"the install cell must install from the repository of _config.yml ({REPOSITORY})"
+    )
+    assert "hide-cell" in first_code["metadata"].get("tags", []), "fold the install cell away"
+    assert not first_code["outputs"], "with the package installed the install cell prints nothing"
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda path: path.stem)
+def test_every_figure_is_numbered_captioned_and_referred_to(notebook):
+    text = book_text()
+    chapter = notebook.stem[:2]
+    for index, cell in enumerate(cells(notebook)):
+        if not is_figure(cell):
+            continue
+        figure = figure_options(cell) or {}
+        where = f"{notebook.name}, cell {index}"
+        assert figure.get("caption", "").strip(), f"{where}: a figure without a caption"
+        name = figure.get("name", "")
+        assert name.startswith(f"fig-{chapter}-"), f"{where}: name {name!r} is not fig-{chapter}-…"
+        assert f"<{name}>`" in text or f"{{numref}}`{name}`" in text, f"nothing refers to {name}"
+
+
+def test_figure_names_are_unique():
+    names = [
+        figure_options(cell)["name"]
+        for notebook in NOTEBOOKS
+        for cell in cells(notebook)
+        if is_figure(cell) and figure_options(cell)
+    ]
+    assert len(names) == len(set(names)), sorted(n for n in names if names.count(n) > 1)
+
+
+def test_every_labelled_equation_is_referred_to():
+    text = book_text()
+    labels = re.findall(r"^\$\$\s*\(([\w-]+)\)\s*$", text, flags=re.MULTILINE)
+    assert labels, "the book has no labelled equations"
+    unreferenced = [label for label in labels if f"{{eq}}`{label}`" not in text]
+    assert not unreferenced, f"labelled equations nothing refers to: {unreferenced}"
+
+
+def test_no_see_above():
+    found = re.findall(r".{0,40}\bsee (?:above|below)\b.{0,20}", book_text(), flags=re.IGNORECASE)
+    assert not found, f"refer with a label ({{ref}}, {{numref}}, {{eq}}) instead: {found}"
+
+
+def workflow(name: str) -> dict:
+    loaded = yaml.safe_load((ROOT / ".github" / "workflows" / name).read_text())
+    loaded["on"] = loaded.pop(True, loaded.get("on"))  # YAML 1.1 reads the key `on` as True
+    return loaded
+
+
+def steps_using(flow: dict) -> list[str]:
+    return [step.get("uses", "") for job in flow["jobs"].values() for step in job["steps"]]
+
+
+def test_book_workflow_deploys_to_pages():
+    flow = workflow("book.yml")
+    assert flow["permissions"] == {"contents": "read", "pages": "write", "id-token": "write"}
+    uses = steps_using(flow)
+    assert "actions/upload-pages-artifact@v3" in uses and "actions/deploy-pages@v4" in uses
+    runs = " ".join(step.get("run", "") for job in flow["jobs"].values() for step in job["steps"])
+    assert "jupyter-book build . -W" in runs
+    assert flow["jobs"]["deploy"]["needs"] == "build"
+    assert flow["jobs"]["deploy"]["environment"]["name"] == "github-pages"
+
+
+def test_tests_workflow_runs_on_pull_requests():
+    flow = workflow("tests.yml")
+    assert "pull_request" in flow["on"]
+    runs = " ".join(step.get("run", "") for step in flow["jobs"]["test"]["steps"])
+    assert ".venv/bin/python -m pytest" in runs, "the README's test command"
