@@ -30,22 +30,15 @@ import torch
 from torch import Tensor, nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from transformer.batching import TokenBatchSampler, collate, example_length, load_pairs
+from transformer.batching import load_pairs
+from transformer.buckets import Buckets
+from transformer.devices import autocast_dtype, describe_device, peak_flops
 from transformer.embeddings import TransformerEmbedding
 from transformer.masks import causal_mask, padding_mask
 from transformer.model import Transformer, TransformerConfig
 from transformer.results import provenance
 from transformer.tokenizer import PAD_ID, multi30k_tokenizer
-from transformer.training import (
-    PRESETS,
-    autocast_dtype,
-    describe_device,
-    make_optimizer,
-    train_step,
-)
-
-# dense bf16 tensor-core peak of the GPUs we run on (NVIDIA's data sheets, without sparsity)
-PEAK_BF16_FLOPS = {"H100 PCIe": 756e12, "H100": 989e12, "H200": 989e12}
+from transformer.training import PRESETS, make_optimizer, train_step
 
 
 class TorchReference(nn.Module):
@@ -86,11 +79,11 @@ class TorchReference(nn.Module):
         return self.generator(h)
 
 
-def real_batches(n: int, token_budget: int, max_len: int, tokenizer) -> list:
+def real_batches(n: int, token_budget: int, max_len: int, tokenizer, device) -> list:
     """The first n training batches of epoch 0, as `train` would draw them (en -> de)."""
     pairs = load_pairs("train", "en", "de", max_len, tokenizer)
-    sampler = TokenBatchSampler([example_length(p) for p in pairs], token_budget, seed=0)
-    return [collate([pairs[i] for i in indices]) for indices in sampler.batches(0)[:n]]
+    data = Buckets(pairs, token_budget, device, tokenizer.vocab_size, seed=0)
+    return list(data.epoch_batches(0))[:n]
 
 
 def one_pass(run, batches, amp_dtype) -> None:
@@ -120,23 +113,15 @@ def pass_flops(run, batches, amp_dtype) -> int:
     return counter.get_total_flops()
 
 
-def peak_flops(device: torch.device) -> float | None:
-    """The bf16 peak of this GPU, if it is one we know; None on a CPU or another GPU."""
-    if device.type != "cuda":
-        return None
-    name = torch.cuda.get_device_name(device)
-    return next((peak for key, peak in PEAK_BF16_FLOPS.items() if key in name), None)
-
-
 def record(path: Path, entry: dict) -> None:
     """Append `entry` to the JSON list in `path`, replacing one of the same setting."""
-    same = ("preset", "amp", "compile")
+    same = ("benchmark", "preset", "amp", "compile")
     entries = json.loads(path.read_text()) if path.exists() else []
     entries = [
         e
         for e in entries
-        if (e["provenance"]["device"], *(e[k] for k in same))
-        != (entry["provenance"]["device"], *(entry[k] for k in same))
+        if (e["provenance"]["device"], *(e.get(k) for k in same))
+        != (entry["provenance"]["device"], *(entry.get(k) for k in same))
     ]
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps([*entries, entry], indent=1) + "\n")
@@ -160,10 +145,7 @@ def main() -> None:
     tokenizer = multi30k_tokenizer()
     preset = PRESETS[args.preset]
     config = TransformerConfig(tokenizer.vocab_size, tokenizer.vocab_size, **preset.model)
-    batches = [
-        b.to(device)
-        for b in real_batches(args.batches, args.token_budget, config.max_len, tokenizer)
-    ]
+    batches = real_batches(args.batches, args.token_budget, config.max_len, tokenizer, device)
     n_tokens = sum(int((b.tgt_out != PAD_ID).sum()) for b in batches)
     amp_dtype = autocast_dtype(device, args.amp)
     runs = {}
@@ -171,6 +153,7 @@ def main() -> None:
         for compiled in (False, True) if args.compile else (False,):
             torch.manual_seed(0)
             model = build(config).to(device)
+            model.check_ids = False  # Buckets checked the ids once, as in train
             step_model = torch.compile(model) if compiled else model
             runs[name + (" compiled" if compiled else "")] = (
                 step_model,
@@ -225,6 +208,7 @@ def main() -> None:
     }
     if args.json:
         entry = {
+            "benchmark": "train_step",
             "preset": args.preset,
             "amp": amp_dtype is not None,
             "compile": args.compile,

@@ -7,6 +7,7 @@ from transformer.embeddings import (
     PositionalEncoding,
     TokenEmbedding,
     TransformerEmbedding,
+    check_token_ids,
     sinusoidal_positional_encoding,
 )
 
@@ -45,14 +46,14 @@ def test_token_embedding_is_scaled_lookup():
     assert emb(torch.arange(100)[None]).std().item() == pytest.approx(1.0, abs=0.05)
 
 
-def test_token_embedding_errors():
-    emb = TokenEmbedding(10, 8)
+def test_token_id_errors():
     with pytest.raises(ValueError, match=r"\[0, 10\).*from 0 to 10"):
-        emb(torch.tensor([[0, 10]]))
+        check_token_ids(torch.tensor([[0, 10]]), 10)
     with pytest.raises(ValueError, match="from -1 to 3"):
-        emb(torch.tensor([[-1, 3]]))
+        check_token_ids(torch.tensor([[-1, 3]]), 10)
     with pytest.raises(TypeError, match="integer tensor"):
-        emb(torch.tensor([[0.0]]))
+        check_token_ids(torch.tensor([[0.0]]), 10)
+    check_token_ids(torch.tensor([[0, 9]]), 10)  # the whole range passes
 
 
 def test_positional_encoding_adds_table_and_checks_length():

@@ -11,16 +11,17 @@ from torch import nn
 
 from transformer import training
 from transformer.batching import collate
+from transformer.buckets import Buckets
+from transformer.checkpoints import check_config, load_checkpoint, save_checkpoint, step_checkpoints
+from transformer.devices import host_reads
+from transformer.model import Transformer, TransformerConfig
 from transformer.tokenizer import PAD_ID
 from transformer.training import (
     TrainConfig,
-    check_config,
+    evaluate_loss,
     label_smoothed_loss,
-    load_checkpoint,
     make_optimizer,
     noam_lr,
-    save_checkpoint,
-    step_checkpoints,
     train,
     train_step,
 )
@@ -69,26 +70,94 @@ def test_noam_values_and_scheduler():
         scheduler.step()
 
 
-def test_nan_loss_raises_before_the_update():
+def test_nan_loss_skips_the_update_on_the_device():
     model = nn.Module()
     model.lin = nn.Embedding(10, 10)
-    model.forward = lambda src, tgt_in: model.lin(tgt_in) * float("nan")
+    scale = torch.ones(())
+    model.forward = lambda src, tgt_in: model.lin(tgt_in) * scale
     optimizer, scheduler = make_optimizer(model, 8, 4)
+    batch = collate([([4, 5], [6, 7])])
+    train_step(model, batch, optimizer, scheduler)  # a good step: the weights move
     before = model.lin.weight.detach().clone()
-    with pytest.raises(FloatingPointError, match="not updated"):
-        train_step(model, collate([([4, 5], [6, 7])]), optimizer, scheduler)
+    moments = {k: v.clone() for k, v in optimizer.state[model.lin.weight].items()}
+    scale.fill_(math.nan)
+    loss = train_step(model, batch, optimizer, scheduler)
+    assert loss.dim() == 0 and not torch.isfinite(loss)  # returned unread, for the loop to check
     assert torch.equal(model.lin.weight, before)
+    for k, v in optimizer.state[model.lin.weight].items():
+        assert torch.equal(v, moments[k]), k  # the step count and both moments are kept too
+    scale.fill_(1.0)
+    train_step(model, batch, optimizer, scheduler)
+    assert not torch.equal(model.lin.weight, before)
 
 
-def test_train_step_clips_the_gradient():
+def tiny_model(seed: int = 0, dropout: float = 0.0) -> Transformer:
+    torch.manual_seed(seed)
+    config = TransformerConfig(40, 40, d_model=16, n_heads=2, d_ff=32, n_layers=1, dropout=dropout)
+    return Transformer(config)
+
+
+def random_pairs(n: int, seed: int = 0) -> list:
+    """Pairs of random ids (4..39) of random lengths: sources and targets differ."""
+    gen = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(1, 12, (n, 2), generator=gen).tolist()
+    return [
+        (
+            torch.randint(4, 40, (a,), generator=gen).tolist(),
+            torch.randint(4, 40, (b,), generator=gen).tolist(),
+        )
+        for a, b in lengths
+    ]
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.1, 0.4])
+def test_train_step_uses_its_label_smoothing_in_the_update(eps):
+    batch = collate(random_pairs(6))
+    ours, ref = tiny_model(), tiny_model()
+    opt_ours, sched_ours = make_optimizer(ours, 16, 4)
+    opt_ref, sched_ref = make_optimizer(ref, 16, 4)
+    loss = train_step(ours, batch, opt_ours, sched_ours, label_smoothing=eps, clip=0.0)
+    # the same update written out: smoothed cross-entropy over the real target tokens
+    logits = ref(batch.src, batch.tgt_in)
+    expected = F.cross_entropy(
+        logits.flatten(0, 1), batch.tgt_out.flatten(), ignore_index=PAD_ID, label_smoothing=eps
+    )
+    expected.backward()
+    opt_ref.step()
+    assert loss.item() == pytest.approx(expected.item(), abs=1e-6)
+    for (name, p), q in zip(ours.named_parameters(), ref.parameters(), strict=True):
+        assert torch.allclose(p, q, atol=1e-7), name
+
+
+def test_validation_loss_averages_over_real_target_tokens_only():
+    pairs = random_pairs(30, seed=1)
+    model = tiny_model(1).eval()
+    data = Buckets(pairs, 64, "cpu", 40, shuffle=False)
+    ours = evaluate_loss(model, data, label_smoothing=0.2)
+    # each pair alone, unpadded: the loss summed over its tokens, then one division in all
+    total = n_tokens = 0
+    with torch.no_grad():
+        for pair in pairs:
+            b = collate([pair])
+            logits = model(b.src, b.tgt_in)
+            total += label_smoothed_loss(logits, b.tgt_out, 0.2, reduction="sum").item()
+            n_tokens += b.tgt_out.numel()
+    assert ours == pytest.approx(total / n_tokens, rel=1e-5)
+
+
+@pytest.mark.parametrize("clip", [0.5, 0.0])
+def test_train_step_clips_the_gradient(clip):
     torch.manual_seed(0)
     model = nn.Module()
     model.lin = nn.Embedding(10, 10)
     model.forward = lambda src, tgt_in: model.lin(tgt_in) * 1000
     optimizer, scheduler = make_optimizer(model, 8, 4)
-    train_step(model, collate([([4, 5], [6, 7])]), optimizer, scheduler, clip=0.5)
+    train_step(model, collate([([4, 5], [6, 7])]), optimizer, scheduler, clip=clip)
     norm = torch.cat([p.grad.flatten() for p in model.parameters()]).norm()
-    assert norm.item() == pytest.approx(0.5, rel=1e-5)
+    if clip:
+        assert norm.item() == pytest.approx(0.5, rel=1e-5)
+    else:  # 0 turns clipping off
+        assert norm.item() > 10
 
 
 def test_atomic_save_leaves_no_temp_files(tmp_path, monkeypatch):
@@ -201,16 +270,56 @@ def cli_train(out, steps: int, *extra: str) -> None:
 
 
 def test_exact_resume_through_the_cli(tmp_path):
-    """30 steps, stop, resume to 60 == 60 steps straight (the issue's acceptance test)."""
-    cli_train(tmp_path / "A", 60)
-    cli_train(tmp_path / "B", 30)
-    cli_train(tmp_path / "B", 60, "--resume")
-    a, b = (
-        [r for r in records(TrainConfig(max_steps=1, out=str(tmp_path / run))) if "loss" in r]
-        for run in ("A", "B")
-    )
-    assert len(a) == len(b) == 6
-    assert abs(a[-1]["loss"] - b[-1]["loss"]) < 1e-4
+    """30 steps, stop, resume to 60 == 60 steps straight: every logged loss, every validation
+    loss and the final weights, bit for bit (the same machine, the same process count)."""
+    cli_train(tmp_path / "A", 60, "--log-every", "5", "--eval-every", "20")
+    cli_train(tmp_path / "B", 30, "--log-every", "5", "--eval-every", "20")
+    cli_train(tmp_path / "B", 60, "--log-every", "5", "--eval-every", "20", "--resume")
+    a, b = (records(TrainConfig(max_steps=1, out=str(tmp_path / run))) for run in ("A", "B"))
+    assert [r["step"] for r in a] == [r["step"] for r in b] == list(range(5, 61, 5))
+    assert [r["loss"] for r in a] == [r["loss"] for r in b]
+    val = [{r["step"]: r["val_loss"] for r in run if "val_loss" in r} for run in (a, b)]
+    assert val[0] == {k: val[1][k] for k in (20, 40, 60)}  # B also scored its stop at step 30
+    weights = [load_checkpoint(tmp_path / run / "checkpoints/latest.pt")["model"] for run in "AB"]
+    assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
     assert b[-1]["loss"] < b[0]["loss"]
     wall = [r["wall_s"] for r in b]  # the resumed session carries on counting the first one's time
-    assert wall == sorted(wall) and wall[3] > wall[2] > 0
+    assert wall == sorted(wall) and wall[6] > wall[5] > 0
+
+
+def test_the_loop_reads_device_values_only_at_log_points(tmp_path):
+    cfg = tiny(tmp_path, "quiet", max_steps=40, log_every=20, eval_every=40, save_every=40)
+    with host_reads() as reads:
+        train(cfg)
+    per_site = dict(reads)
+    # at steps 20 and 40 the loop reads its window once; evaluation reads its sums once;
+    # building the batches checks the ids once per bucket; nothing else, whatever the step count
+    loop = {k: v for k, v in per_site.items() if not k.startswith("check_token_ids")}
+    assert loop == {"read: tolist": 2, "evaluate_loss: tolist": 1}, per_site
+
+
+def test_tokens_per_second_counts_the_steps_of_the_window_only(tmp_path, monkeypatch):
+    """A fake clock: each training step takes 0.5 s, each evaluation 100 s. The rate must be the
+    window's target tokens over its steps' time, with evaluation and saving left out."""
+    now = [0.0]
+    real_step, real_eval = training.train_step, training.evaluate_loss
+
+    def step(*args, **kwargs):
+        now[0] += 0.5
+        return real_step(*args, **kwargs)
+
+    def evaluate(*args, **kwargs):
+        now[0] += 100.0
+        return real_eval(*args, **kwargs)
+
+    monkeypatch.setattr(training.time, "perf_counter", lambda: now[0])
+    monkeypatch.setattr(training, "train_step", step)
+    monkeypatch.setattr(training, "evaluate_loss", evaluate)
+    cfg = tiny(tmp_path, "clock", max_steps=12, log_every=4, eval_every=6, save_every=3)
+    train(cfg)
+    logged = [r for r in records(cfg) if "loss" in r]
+    assert [r["step"] for r in logged] == [4, 8, 12]
+    for r in logged:
+        assert 0 < r["target_tokens"] <= 4 * 300
+        assert r["tokens_per_s"] == pytest.approx(r["target_tokens"] / 2.0, abs=0.1)
+    assert [r["step"] for r in records(cfg) if "val_loss" in r] == [6, 12]

@@ -3,6 +3,7 @@
 # %% auto #0
 __all__ = [
     "TokenEmbedding",
+    "check_token_ids",
     "sinusoidal_positional_encoding",
     "PositionalEncoding",
     "TransformerEmbedding",
@@ -26,14 +27,21 @@ class TokenEmbedding(nn.Module):
         nn.init.normal_(self.embedding.weight, std=d_model**-0.5)
 
     def forward(self, ids: Tensor) -> Tensor:  # (batch, seq) -> (batch, seq, d_model)
-        if ids.dtype not in (torch.int32, torch.int64):
-            raise TypeError(f"token ids must be an integer tensor, got {ids.dtype}")
-        if ids.numel() and (ids.min() < 0 or ids.max() >= self.vocab_size):
-            raise ValueError(
-                f"token ids must lie in [0, {self.vocab_size}), got values from "
-                f"{int(ids.min())} to {int(ids.max())}; was the text encoded with another vocabulary?"
-            )
         return self.embedding(ids) * math.sqrt(self.d_model)
+
+
+def check_token_ids(ids: Tensor, vocab_size: int) -> None:
+    """Raise a clear error unless `ids` is an integer tensor of ids in [0, vocab_size).
+
+    Reading the values makes the host wait for the device, so this runs where ids enter (the
+    model's entry points, the batching of chapter 11), not in the embedding at every step."""
+    if ids.dtype not in (torch.int32, torch.int64):
+        raise TypeError(f"token ids must be an integer tensor, got {ids.dtype}")
+    if ids.numel() and (ids.min() < 0 or ids.max() >= vocab_size):
+        raise ValueError(
+            f"token ids must lie in [0, {vocab_size}), got values from "
+            f"{int(ids.min())} to {int(ids.max())}; was the text encoded with another vocabulary?"
+        )
 
 
 # %% ../../notebooks/02_embeddings.ipynb #627a2cd6

@@ -33,7 +33,7 @@ from .decoding import beam_search, evaluating, greedy_decode
 from .model import Transformer, TransformerConfig
 from .multihead import MultiHeadAttention
 from .tokenizer import BOS_ID, Tokenizer
-from .training import load_checkpoint
+from .checkpoints import load_checkpoint
 
 
 def read_checkpoint(path: str | Path) -> dict:

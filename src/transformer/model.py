@@ -12,7 +12,7 @@ import torch
 from torch import Tensor, nn
 
 from .decoder import Decoder, DecoderCache
-from .embeddings import TokenEmbedding, TransformerEmbedding
+from .embeddings import TokenEmbedding, TransformerEmbedding, check_token_ids
 from .encoder import Encoder
 from .masks import causal_mask, cross_mask, decoder_mask, encoder_mask, padding_mask
 from .tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
@@ -94,7 +94,11 @@ class Transformer(nn.Module):
             if p.dim() > 1:
                 nn.init.xavier_uniform_(p)
 
-    def _check_ids(self, name: str, ids: Tensor, start: int = 0) -> None:
+    check_ids = (
+        True  # False: the caller vouches for its ids (chapter 11's batches are checked once)
+    )
+
+    def _check_ids(self, name: str, ids: Tensor, vocab_size: int, start: int = 0) -> None:
         if not isinstance(ids, Tensor) or ids.dim() != 2:
             got = tuple(ids.shape) if isinstance(ids, Tensor) else type(ids).__name__
             raise ValueError(
@@ -106,11 +110,13 @@ class Transformer(nn.Module):
                 f"{name} length {start + ids.size(1)} exceeds the model's max_len "
                 f"{self.config.max_len}; truncate the input or build a model with a larger max_len"
             )
+        if self.check_ids:
+            check_token_ids(ids, vocab_size)
 
     def encode(self, src: Tensor) -> Tensor:  # (batch, S) -> memory (batch, S, d_model)
         """M = Encoder(X; encoder mask) of eqs. model-input and model-stacks."""
-        self._check_ids("source", src)
-        return self.encoder(self.src_embed(src), encoder_mask(src, self.config.pad_id))
+        self._check_ids("source", src, self.config.src_vocab_size)
+        return self._encode(src)
 
     def decode(
         self, tgt_in: Tensor, memory: Tensor, src: Tensor, cache: DecoderCache | None = None
@@ -118,15 +124,37 @@ class Transformer(nn.Module):
         """Logits for the next token at each target position (eq. model-output). With a cache,
         tgt_in holds only the new positions; the earlier ones were kept by the previous calls."""
         start = 0 if cache is None else cache.length
-        self._check_ids("target", tgt_in, start)
-        self._check_ids("source", src)
-        if memory.dim() != 3 or memory.shape[:2] != src.shape or tgt_in.size(0) != src.size(0):
+        self._check_ids("target", tgt_in, self.config.tgt_vocab_size, start)
+        if (
+            memory.dim() != 3
+            or src.dim() != 2
+            or memory.shape[:2] != src.shape
+            or tgt_in.size(0) != src.size(0)
+        ):
             raise ValueError(
                 f"tgt_in {tuple(tgt_in.shape)}, memory {tuple(memory.shape)} and src "
                 f"{tuple(src.shape)} do not fit (batch, T), (batch, S, d_model) and (batch, S); "
                 "pass the memory encode(src) of the same sentence pairs"
             )
-        pad = self.config.pad_id
+        return self._decode(tgt_in, memory, src, cache)
+
+    def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:  # -> (batch, T, tgt_vocab_size)
+        self._check_ids("source", src, self.config.src_vocab_size)
+        self._check_ids("target", tgt_in, self.config.tgt_vocab_size)
+        if src.size(0) != tgt_in.size(0):
+            raise ValueError(
+                f"src holds {src.size(0)} sentences but tgt_in holds {tgt_in.size(0)}; "
+                "pair every target with its source"
+            )
+        return self._decode(tgt_in, self._encode(src), src)
+
+    def _encode(self, src: Tensor) -> Tensor:  # the checked entry points call these two
+        return self.encoder(self.src_embed(src), encoder_mask(src, self.config.pad_id))
+
+    def _decode(
+        self, tgt_in: Tensor, memory: Tensor, src: Tensor, cache: DecoderCache | None = None
+    ) -> Tensor:
+        pad, start = self.config.pad_id, 0 if cache is None else cache.length
         if cache is None:
             self_mask, x_mask = decoder_mask(tgt_in, pad), cross_mask(tgt_in, src, pad)
         else:  # new positions see all kept ones, and the new ones causally
@@ -134,16 +162,6 @@ class Transformer(nn.Module):
             x_mask = padding_mask(src, pad)[:, None, None, :]  # (batch, 1, 1, S)
         h = self.decoder(self.tgt_embed(tgt_in, start), memory, self_mask, x_mask, cache)
         return self.generator(h)  # h E^T: (batch, T, tgt_vocab_size)
-
-    def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:  # -> (batch, T, tgt_vocab_size)
-        self._check_ids("source", src)
-        self._check_ids("target", tgt_in)
-        if src.size(0) != tgt_in.size(0):
-            raise ValueError(
-                f"src holds {src.size(0)} sentences but tgt_in holds {tgt_in.size(0)}; "
-                "pair every target with its source"
-            )
-        return self.decode(tgt_in, self.encode(src), src)
 
 
 # %% ../../notebooks/10_transformer.ipynb #d3701124

@@ -22,10 +22,10 @@ from pathlib import Path
 
 import torch
 
+from .checkpoints import atomic_write, step_checkpoints
 from .data import load_multi30k
 from .evaluation import cross_attention_maps, evaluate_split, load_model
 from .tokenizer import EOS_ID, multi30k_tokenizer
-from .training import step_checkpoints
 
 # the keys every results/<run>.json must have; "a.b" names a key inside a key
 REQUIRED_KEYS = (
@@ -83,15 +83,10 @@ def missing_keys(result: dict) -> list[str]:
 
 
 def write_result(result: dict, path: str | Path) -> Path:
-    """Check the keys, then write the JSON to a temporary file and rename it onto `path`."""
+    """Check the keys, then write the JSON atomically (chapter 11's atomic_write)."""
     if missing := missing_keys(result):
         raise ValueError(f"the result lacks {', '.join(missing)}; nothing was written")
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(result, indent=1) + "\n")
-    os.replace(tmp, path)
-    return path
+    return atomic_write(path, lambda tmp: tmp.write_text(json.dumps(result, indent=1) + "\n"))
 
 
 def load_results(folder: str | Path = "results") -> list[dict]:

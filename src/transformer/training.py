@@ -10,25 +10,21 @@ __all__ = [
     "evaluate_loss",
     "Preset",
     "TrainConfig",
-    "save_checkpoint",
-    "load_checkpoint",
-    "check_config",
-    "step_checkpoints",
-    "resolve_device",
-    "setup_distributed",
-    "describe_device",
-    "autocast_dtype",
+    "Window",
+    "Run",
+    "start_run",
+    "resume",
+    "save",
+    "log_point",
+    "run_steps",
     "train",
 ]
 
 # %% ../../notebooks/11_training.ipynb #cdca49e2
 import json
 import math
-import os
-import platform
-import shutil
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
@@ -40,8 +36,11 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.optim.lr_scheduler import LambdaLR
 from tqdm import tqdm
 
-from .batching import Batch, Pair, TokenBatchSampler, collate, example_length, load_pairs
+from . import checkpoints
+from .batching import Batch, load_pairs
+from .buckets import Buckets
 from .data import LANGUAGES
+from .devices import autocast_dtype, describe_device, setup_distributed
 from .model import Transformer, TransformerConfig
 from .tokenizer import PAD_ID, multi30k_tokenizer
 
@@ -77,8 +76,10 @@ def noam_lr(step: int, d_model: int, warmup: int, factor: float = 1.0) -> float:
 def make_optimizer(
     model: nn.Module, d_model: int, warmup: int, factor: float = 1.0
 ) -> tuple[torch.optim.Adam, LambdaLR]:
-    """Adam(0.9, 0.98, 1e-9) whose learning rate follows the Noam schedule step by step."""
-    optimizer = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
+    """Fused Adam(0.9, 0.98, 1e-9) whose learning rate follows the Noam schedule step by step."""
+    optimizer = torch.optim.Adam(
+        model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9, fused=True
+    )
     # LambdaLR multiplies lr=1.0 by the lambda; its count starts at 0, the schedule's at 1
     scheduler = LambdaLR(optimizer, lambda i: noam_lr(i + 1, d_model, warmup, factor))
     return optimizer, scheduler
@@ -94,52 +95,55 @@ def train_step(
     clip: float = 1.0,
     autocast_dtype: torch.dtype | None = None,
     pad_id: int = PAD_ID,
-) -> float:
-    """One teacher-forced update; returns the loss. A NaN or inf loss raises FloatingPointError
-    before the weights change."""
+) -> Tensor:
+    """One teacher-forced update; returns the loss as a 0-dim tensor on the device, unread.
+
+    A NaN or inf gradient (from a NaN or inf loss) skips the update on the device: the fused
+    optimizer reads `found_inf`, as it does under GradScaler, and leaves weights and moments as
+    they were. The host is never asked to wait; `train` reads the loss at its log points."""
     model.train()
     with torch.autocast(
         batch.src.device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None
     ):
         logits = model(batch.src, batch.tgt_in)  # (batch, T, vocab)
     loss = label_smoothed_loss(logits, batch.tgt_out, label_smoothing, pad_id)
-    value = loss.item()
-    if not math.isfinite(value):
-        raise FloatingPointError(f"the loss is {value}; the weights were not updated")
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
+    params = [p for p in model.parameters() if p.grad is not None]
+    norm = nn.utils.get_total_norm([p.grad for p in params])  # (), on the device
     if clip > 0:
-        nn.utils.clip_grad_norm_(model.parameters(), clip)
+        nn.utils.clip_grads_with_norm_(params, clip, norm)
+    optimizer.found_inf = (~torch.isfinite(norm)).float()  # 1.0: skip this update
     optimizer.step()
+    del optimizer.found_inf
     scheduler.step()
-    return value
+    return loss.detach()
 
 
 @torch.no_grad()
 def evaluate_loss(
     model: nn.Module,
-    pairs: list[Pair],
-    batches: list[list[int]],
+    data: Buckets,
     label_smoothing: float = 0.1,
     autocast_dtype: torch.dtype | None = None,
     pad_id: int = PAD_ID,
 ) -> float:
-    """Mean label-smoothed loss per target token over `batches` of `pairs`, without dropout."""
+    """Mean label-smoothed loss per target token over every batch of `data`, without dropout.
+    The sums stay on the device; the host reads them once, at the end."""
     model.eval()
     device = next(model.parameters()).device
-    total, n_tokens = 0.0, 0
-    for indices in batches:
-        batch = collate([pairs[i] for i in indices], pad_id).to(device)
+    total = torch.zeros(2, dtype=torch.float64, device=device)  # loss sum, target tokens
+    for batch in data.epoch_batches(0):
         with torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
             logits = model(batch.src, batch.tgt_in)  # (batch, T, vocab)
         loss = label_smoothed_loss(logits, batch.tgt_out, label_smoothing, pad_id, "sum")
-        total += loss.item()
-        n_tokens += int((batch.tgt_out != pad_id).sum())
+        total += torch.stack([loss.double(), (batch.tgt_out != pad_id).sum().double()])
     model.train()
-    return total / n_tokens
+    loss_sum, n_tokens = total.tolist()
+    return loss_sum / n_tokens
 
 
-# %% ../../notebooks/11_training.ipynb #545cc450
+# %% ../../notebooks/11_training.ipynb #a0e8ba36
 class Preset(NamedTuple):
     """A model shape with the warm-up and batch size that suit it."""
 
@@ -155,6 +159,7 @@ PRESETS = {
 }
 
 
+# %% ../../notebooks/11_training.ipynb #d7f05d44
 @dataclass
 class TrainConfig:
     """Every knob of a training run. None means the preset's value."""
@@ -210,117 +215,226 @@ class TrainConfig:
             raise ValueError("invalid TrainConfig: " + "; ".join(problems))
 
 
-# %% ../../notebooks/11_training.ipynb #50e626df
-def save_checkpoint(state: dict, path: str | Path) -> None:
-    """torch.save into a temporary file beside `path`, then an atomic rename onto it."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        torch.save(state, tmp)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+# %% ../../notebooks/11_training.ipynb #9194eb25
+class Window:
+    """What the loop sums between two log points, on the device: the loss, the steps and the
+    target tokens, and the first step whose loss was not finite (0: none so far)."""
+
+    def __init__(self, device: torch.device):
+        self.sums = torch.zeros(3, dtype=torch.float64, device=device)
+        self.first_bad = torch.zeros((), dtype=torch.float64, device=device)
+
+    def add(self, step: int, loss: Tensor, tokens: Tensor) -> None:
+        self.sums += torch.stack([loss.double(), torch.ones_like(self.sums[0]), tokens.double()])
+        self.first_bad.masked_fill_((self.first_bad == 0) & ~torch.isfinite(loss), step)
+
+    def read(self, world_size: int) -> tuple[float, float, float, int]:
+        """(loss sum, steps, tokens, first bad step) over all ranks: where the host waits."""
+        sums, first_bad = self.sums.clone(), self.first_bad.clone()
+        if world_size > 1:
+            dist.all_reduce(sums)  # gloo and NCCL both sum float64
+            dist.all_reduce(first_bad, dist.ReduceOp.MAX)
+        loss_sum, steps, tokens, first_bad = torch.cat([sums, first_bad[None]]).tolist()
+        return loss_sum, steps, tokens, int(first_bad)
+
+    def reset(self) -> None:
+        self.sums.zero_()
 
 
-def load_checkpoint(path: str | Path) -> dict:
-    """A checkpoint written by `train`, loaded safely (tensors and plain data only)."""
-    if not Path(path).is_file():
-        raise FileNotFoundError(f"no checkpoint at {path}")
-    return torch.load(path, map_location="cpu", weights_only=True)
+# %% ../../notebooks/11_training.ipynb #d6c801ce
+@dataclass
+class Run:
+    """Everything one training run holds: its settings, data, model, optimizer and position."""
+
+    cfg: TrainConfig
+    rank: int
+    world_size: int
+    device: torch.device
+    model_cfg: TransformerConfig
+    data: Buckets  # training batches: this rank's share
+    val_data: Buckets
+    model: Transformer
+    net: nn.Module  # what the steps call: the model, wrapped by DDP and compiled as cfg says
+    optimizer: torch.optim.Adam
+    scheduler: LambdaLR
+    step: int = 0
+    wall_before: float = 0.0  # seconds spent in earlier sessions of a resumed run
+    started: float = field(default_factory=time.perf_counter)
+
+    @property
+    def out(self) -> Path:
+        return Path(self.cfg.out)
+
+    @property
+    def latest(self) -> Path:
+        return self.out / "checkpoints" / "latest.pt"
+
+    @property
+    def metrics(self) -> Path:
+        return self.out / "metrics.jsonl"
+
+    def wall(self) -> float:
+        """Seconds since the run began, across resumed sessions."""
+        return self.wall_before + time.perf_counter() - self.started
 
 
-def check_config(saved: dict, current: dict, what: str = "model") -> None:
-    """Raise ValueError naming every field where a checkpoint's config differs from ours."""
-    diff = [
-        f"{k}: checkpoint {saved.get(k)!r}, now {current.get(k)!r}"
-        for k in sorted(saved.keys() | current.keys())
-        if saved.get(k) != current.get(k)
-    ]
-    if diff:
-        raise ValueError(
-            f"the checkpoint's {what} config does not match this run's ({'; '.join(diff)}); "
-            f"use the checkpoint's settings, or train afresh in another output folder"
+def start_run(cfg: TrainConfig, rank: int = 0, world_size: int = 1, device="cpu") -> Run:
+    """Load the data, build the model and optimizer of `cfg`, and resume them if asked."""
+    out, started = Path(cfg.out), time.perf_counter()
+    if not cfg.resume and (
+        (out / "metrics.jsonl").exists() or (out / "checkpoints/latest.pt").exists()
+    ):
+        raise FileExistsError(
+            f"{out} already holds a run; resume it, or choose another output folder"
         )
-
-
-def step_checkpoints(out: str | Path) -> list[Path]:
-    """The step checkpoints of a run, oldest first."""
-    return sorted((Path(out) / "checkpoints").glob("step_*.pt"))
-
-
-def _save(out: Path, step: int, state: dict, keep: int) -> Path:
-    """Write step_N.pt, point latest.pt at it (hard link, else copy), keep the newest `keep`."""
-    path = out / "checkpoints" / f"step_{step:07d}.pt"
-    save_checkpoint(state, path)
-    latest, tmp = path.with_name("latest.pt"), path.with_name("latest.pt.tmp")
-    tmp.unlink(missing_ok=True)
-    try:
-        os.link(path, tmp)
-    except OSError:
-        shutil.copyfile(path, tmp)
-    os.replace(tmp, latest)
-    for old in step_checkpoints(out)[:-keep]:
-        old.unlink()
-    return latest
-
-
-def _rng_state(device: torch.device) -> dict:
-    cuda = torch.cuda.get_rng_state(device) if device.type == "cuda" else None
-    return {"cpu": torch.get_rng_state(), "cuda": cuda}
-
-
-def _set_rng_state(state: dict, device: torch.device) -> None:
-    torch.set_rng_state(state["cpu"])
-    if device.type == "cuda" and state["cuda"] is not None:
-        torch.cuda.set_rng_state(state["cuda"], device)
-
-
-def _trim_metrics(path: Path, step: int) -> None:
-    """Drop records past `step` (logged after the checkpoint we resume from)."""
-    if path.is_file():
-        lines = [ln for ln in path.read_text().splitlines() if json.loads(ln)["step"] <= step]
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text("".join(ln + "\n" for ln in lines))
-        os.replace(tmp, path)
-
-
-# %% ../../notebooks/11_training.ipynb #cc826561
-def resolve_device(name: str) -> torch.device:
-    """The device a --device name means: "auto" is CUDA when available, else the CPU."""
-    return torch.device(
-        ("cuda" if torch.cuda.is_available() else "cpu") if name == "auto" else name
+    preset, tokenizer = PRESETS[cfg.preset], multi30k_tokenizer()
+    V, budget = tokenizer.vocab_size, cfg.token_budget or preset.token_budget
+    model_cfg = TransformerConfig(V, V, dropout=cfg.dropout, pad_id=PAD_ID, **preset.model)
+    pairs = {
+        s: load_pairs(s, cfg.src, cfg.tgt, model_cfg.max_len, tokenizer) for s in ("train", "val")
+    }
+    data = Buckets(
+        pairs["train"], budget, device, V, seed=cfg.seed, rank=rank, world_size=world_size
     )
-
-
-def setup_distributed(device: str = "auto") -> tuple[int, int, torch.device]:
-    """(rank, world_size, device). Under torchrun (WORLD_SIZE > 1) this joins the process group:
-    NCCL with one GPU per process on CUDA, gloo on the CPU."""
-    dev = resolve_device(device)
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))
-    if world_size == 1:
-        return 0, 1, dev
-    if dev.type == "cuda":
-        dev = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
-        torch.cuda.set_device(dev)
-    if not dist.is_initialized():
-        dist.init_process_group("nccl" if dev.type == "cuda" else "gloo")
-    return dist.get_rank(), world_size, dev
-
-
-def describe_device(device: torch.device | str) -> str:
-    """The device as a reader would name it: the GPU model, or the CPU's architecture and cores."""
-    device = torch.device(device)
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    return f"cpu ({platform.machine()}, {os.cpu_count()} cores)"
-
-
-def autocast_dtype(device: torch.device, amp: bool = True) -> torch.dtype | None:
-    """bfloat16 on a CUDA device that supports it (and when `amp`), else None: full float32."""
-    return (
-        torch.bfloat16 if amp and device.type == "cuda" and torch.cuda.is_bf16_supported() else None
+    val_data = Buckets(pairs["val"], budget, device, V, shuffle=False)
+    torch.manual_seed(cfg.seed)  # the same initial weights on every rank
+    model = Transformer(model_cfg).to(device)
+    model.check_ids = False  # Buckets checked every id once
+    optimizer, scheduler = make_optimizer(
+        model, model_cfg.d_model, cfg.warmup or preset.warmup, cfg.lr_factor
     )
+    net = DistributedDataParallel(model) if world_size > 1 else model
+    if cfg.compile:  # one graph per batch shape; the compiled module shares model's weights
+        net = torch.compile(net, dynamic=False)
+    run = Run(
+        cfg,
+        rank,
+        world_size,
+        device,
+        model_cfg,
+        data,
+        val_data,
+        model,
+        net,
+        optimizer,
+        scheduler,
+        started=started,
+    )
+    if cfg.resume:
+        resume(run)
+    else:
+        torch.manual_seed(cfg.seed + rank)  # but different dropout masks
+    return run
+
+
+# %% ../../notebooks/11_training.ipynb #7cac52b1
+def resume(run: Run) -> None:
+    """Load latest.pt into `run`: weights, optimizer, schedule, data position, random state."""
+    ckpt = checkpoints.load_checkpoint(run.latest)
+    checkpoints.check_config(ckpt["model_config"], asdict(run.model_cfg), "model")
+    data_fields = ("src", "tgt", "seed", "token_budget")
+    checkpoints.check_config(
+        {k: ckpt["train_config"][k] for k in data_fields} | {"world_size": ckpt["world_size"]},
+        {k: getattr(run.cfg, k) for k in data_fields} | {"world_size": run.world_size},
+        "data",
+    )
+    run.model.load_state_dict(ckpt["model"])
+    run.optimizer.load_state_dict(ckpt["optimizer"])
+    run.scheduler.load_state_dict(ckpt["scheduler"])
+    run.data.load_state_dict(ckpt["sampler"])
+    checkpoints.set_rng_state(ckpt["rng"][run.rank], run.device)
+    run.step, run.wall_before = ckpt["step"], ckpt["wall_s"]
+    if run.rank == 0:
+        checkpoints.trim_metrics(run.metrics, run.step)
+
+
+def save(run: Run) -> None:
+    """A step checkpoint with everything an exact resume needs; rank 0 writes it."""
+    rng = [checkpoints.rng_state(run.device)]
+    if run.world_size > 1:
+        rng = [None] * run.world_size
+        dist.all_gather_object(rng, checkpoints.rng_state(run.device))
+    if run.rank == 0:
+        state = {
+            "step": run.step,
+            "model": run.model.state_dict(),
+            "optimizer": run.optimizer.state_dict(),
+            "scheduler": run.scheduler.state_dict(),
+            "sampler": run.data.state_dict(),
+            "rng": rng,
+            "wall_s": run.wall(),
+            "world_size": run.world_size,
+            "device": describe_device(run.device),
+            "train_config": asdict(run.cfg),
+            "model_config": asdict(run.model_cfg),
+        }
+        checkpoints.save_step(run.out, run.step, state, run.cfg.keep)
+
+
+# %% ../../notebooks/11_training.ipynb #469e0588
+def log_point(run: Run, window: Window, lr: float, since: float, final: bool) -> dict:
+    """Read the window (summed since time `since`), stop on a non-finite loss, then log, evaluate
+    and save as they are due; returns the metrics record (empty if only the check was due)."""
+    loss_sum, steps, tokens, first_bad = window.read(run.world_size)
+    seconds = time.perf_counter() - since  # the device has finished the window's steps
+    if first_bad:
+        kept = (
+            f"the last good checkpoint is {run.latest}"
+            if run.latest.exists()
+            else "no checkpoint was written yet"
+        )
+        raise FloatingPointError(
+            f"training stopped at step {first_bad}: the loss is {loss_sum / steps}; the weights "
+            f"were not updated; {kept}. Lower the learning rate (lr_factor) or lengthen the "
+            "warm-up, then resume"
+        )
+    cfg, record = run.cfg, {}
+    if run.step % cfg.log_every == 0 or final:
+        record |= {"epoch": run.data.epoch, "loss": round(loss_sum / steps, 6), "lr": lr}
+        record |= {"target_tokens": int(tokens), "tokens_per_s": round(tokens / seconds, 1)}
+        window.reset()
+    if run.rank == 0 and (run.step % cfg.eval_every == 0 or final):
+        amp_dtype = autocast_dtype(run.device, cfg.amp)
+        val_loss = evaluate_loss(run.model, run.val_data, cfg.label_smoothing, amp_dtype)
+        record["val_loss"] = round(val_loss, 6)
+    if run.step % cfg.save_every == 0 or final:
+        save(run)
+    if run.rank == 0 and record:
+        with run.metrics.open("a") as f:
+            f.write(json.dumps({"step": run.step, **record, "wall_s": round(run.wall(), 2)}) + "\n")
+    return record
+
+
+# %% ../../notebooks/11_training.ipynb #641efd49
+def run_steps(run: Run, total: int) -> dict:
+    """Train until step `total`. Between the cadences of run.cfg (log, eval, save) the host only
+    queues work for the device; it reads a device value at those points alone."""
+    cfg, amp_dtype = run.cfg, autocast_dtype(run.device, run.cfg.amp)
+    run.out.mkdir(parents=True, exist_ok=True)
+    bar = tqdm(total=total, initial=run.step, unit="step", disable=run.rank != 0 or None)
+    window, clock, record = Window(run.device), time.perf_counter(), {}
+    while run.step < total:
+        for batch in run.data:
+            lr = run.optimizer.param_groups[0]["lr"]
+            args = (cfg.label_smoothing, cfg.clip, amp_dtype)
+            loss = train_step(run.net, batch, run.optimizer, run.scheduler, *args)
+            run.step += 1
+            window.add(run.step, loss, (batch.tgt_out != PAD_ID).sum())
+            cadences = (cfg.log_every, cfg.eval_every, cfg.save_every)
+            if run.step == total or any(run.step % n == 0 for n in cadences):
+                paused = time.perf_counter()
+                new = log_point(run, window, lr, clock, final=run.step == total)
+                if "loss" in new:  # a new window starts; evaluation and saving never count
+                    clock, record = time.perf_counter(), new
+                    bar.set_postfix(loss=f"{new['loss']:.3f}", tok_s=f"{new['tokens_per_s']:.0f}")
+                else:
+                    clock += time.perf_counter() - paused
+                    record |= new
+            bar.update()
+            if run.step >= total:
+                break
+    bar.close()
+    return record
 
 
 def train(cfg: TrainConfig) -> dict:
@@ -330,178 +444,18 @@ def train(cfg: TrainConfig) -> dict:
     process trains one DistributedDataParallel replica on its share of the batches."""
     rank, world_size, device = setup_distributed(cfg.device)
     try:
-        return _train(cfg, rank, world_size, device)
+        run = start_run(cfg, rank, world_size, device)
+        total = min(cfg.max_steps or math.inf, (cfg.epochs or math.inf) * len(run.data))
+        last = run_steps(run, total)
+        return {
+            "step": run.step,
+            "loss": last.get("loss"),
+            "val_loss": last.get("val_loss"),
+            "wall_s": round(run.wall(), 2),
+            "epoch": run.data.epoch,
+            "checkpoint": str(run.latest),
+            "parameters": sum(p.numel() for p in run.model.parameters()),
+        }
     finally:
         if world_size > 1:
             dist.destroy_process_group()
-
-
-def _train(cfg: TrainConfig, rank: int, world_size: int, device: torch.device) -> dict:
-    started, out, preset = time.perf_counter(), Path(cfg.out), PRESETS[cfg.preset]
-    metrics_path, latest = out / "metrics.jsonl", out / "checkpoints" / "latest.pt"
-    if not cfg.resume and (metrics_path.exists() or latest.exists()):
-        raise FileExistsError(
-            f"{out} already holds a run; resume it, or choose another output folder"
-        )
-    tokenizer = multi30k_tokenizer()
-    model_cfg = TransformerConfig(
-        tokenizer.vocab_size,
-        tokenizer.vocab_size,
-        dropout=cfg.dropout,
-        pad_id=PAD_ID,
-        **preset.model,
-    )
-    budget, warmup = (
-        cfg.token_budget or preset.token_budget,
-        cfg.warmup or preset.warmup,
-    )
-    train_pairs = load_pairs("train", cfg.src, cfg.tgt, model_cfg.max_len, tokenizer)
-    val_pairs = load_pairs("val", cfg.src, cfg.tgt, model_cfg.max_len, tokenizer)
-    sampler = TokenBatchSampler(
-        [example_length(p) for p in train_pairs],
-        budget,
-        seed=cfg.seed,
-        rank=rank,
-        world_size=world_size,
-    )
-    val_batches = TokenBatchSampler(
-        [example_length(p) for p in val_pairs], budget, shuffle=False
-    ).batches(0)
-    torch.manual_seed(cfg.seed)  # the same initial weights on every rank
-    model = Transformer(model_cfg).to(device)
-    optimizer, scheduler = make_optimizer(model, model_cfg.d_model, warmup, cfg.lr_factor)
-    step, wall_before = 0, 0.0  # wall_before: seconds spent in earlier, resumed-from sessions
-    if cfg.resume:
-        ckpt = load_checkpoint(latest)
-        check_config(ckpt["model_config"], asdict(model_cfg), "model")
-        data_fields = ("src", "tgt", "seed", "token_budget")
-        check_config(
-            {k: ckpt["train_config"][k] for k in data_fields} | {"world_size": ckpt["world_size"]},
-            {k: getattr(cfg, k) for k in data_fields} | {"world_size": world_size},
-            "data",
-        )
-        model.load_state_dict(ckpt["model"])
-        optimizer.load_state_dict(ckpt["optimizer"])
-        scheduler.load_state_dict(ckpt["scheduler"])
-        sampler.load_state_dict(ckpt["sampler"])
-        _set_rng_state(ckpt["rng"][rank], device)
-        step, wall_before = ckpt["step"], ckpt["wall_s"]
-        if rank == 0:
-            _trim_metrics(metrics_path, step)
-    else:
-        torch.manual_seed(cfg.seed + rank)  # but different dropout masks
-    ddp = DistributedDataParallel(model) if world_size > 1 else model
-    if cfg.compile:  # the compiled module shares its weights with `model`
-        ddp = torch.compile(ddp)
-    amp_dtype = autocast_dtype(device, cfg.amp)
-
-    total = cfg.max_steps or math.inf
-    if cfg.epochs is not None:
-        probe = TokenBatchSampler(
-            sampler.lengths, budget, seed=cfg.seed, rank=rank, world_size=world_size
-        )
-        total = min(total, sum(len(probe.batches(e)) for e in range(cfg.epochs)))
-    out.mkdir(parents=True, exist_ok=True)
-    bar = tqdm(
-        total=total,
-        initial=step,
-        unit="step",
-        **({} if rank == 0 else {"disable": True}),
-    )
-    window = torch.zeros(
-        3, dtype=torch.float64
-    )  # loss sum, steps, target tokens since the last log
-    summary = {"step": step, "loss": None, "val_loss": None}
-    clock = time.perf_counter()
-    while step < total:
-        for indices in sampler:
-            batch = collate([train_pairs[i] for i in indices]).to(device)
-            lr = optimizer.param_groups[0]["lr"]
-            try:
-                loss = train_step(
-                    ddp,
-                    batch,
-                    optimizer,
-                    scheduler,
-                    cfg.label_smoothing,
-                    cfg.clip,
-                    amp_dtype,
-                )
-            except FloatingPointError as err:
-                kept = (
-                    f"the last good checkpoint is {latest}"
-                    if latest.exists()
-                    else "no checkpoint was written yet"
-                )
-                raise FloatingPointError(
-                    f"training stopped at step {step + 1}: {err}; {kept}. Lower the learning rate "
-                    f"(lr_factor) or lengthen the warm-up, then resume"
-                ) from err
-            step += 1
-            window += torch.tensor(
-                [loss, 1.0, float((batch.tgt_out != PAD_ID).sum())], dtype=torch.float64
-            )
-            record = {}
-            if step % cfg.log_every == 0 or step == total:
-                if world_size > 1:
-                    dist.all_reduce(window)  # gloo and NCCL both sum float64
-                seconds = time.perf_counter() - clock
-                loss_mean = window[0].item() / window[1].item()
-                record = {
-                    "step": step,
-                    "epoch": sampler.epoch,
-                    "loss": round(loss_mean, 6),
-                    "lr": lr,
-                    "tokens_per_s": round(window[2].item() / seconds, 1),
-                }
-                summary["loss"] = record["loss"]
-                bar.set_postfix(loss=f"{loss_mean:.3f}", tok_s=f"{record['tokens_per_s']:.0f}")
-                window.zero_()
-            if rank == 0 and (step % cfg.eval_every == 0 or step == total):
-                record["step"] = step
-                record["val_loss"] = summary["val_loss"] = round(
-                    evaluate_loss(model, val_pairs, val_batches, cfg.label_smoothing, amp_dtype),
-                    6,
-                )
-            if step % cfg.save_every == 0 or step == total:
-                rng = [_rng_state(device)]
-                if world_size > 1:
-                    rng = [None] * world_size
-                    dist.all_gather_object(rng, _rng_state(device))
-                if rank == 0:
-                    _save(
-                        out,
-                        step,
-                        {
-                            "step": step,
-                            "model": model.state_dict(),
-                            "optimizer": optimizer.state_dict(),
-                            "scheduler": scheduler.state_dict(),
-                            "sampler": sampler.state_dict(),
-                            "rng": rng,
-                            "wall_s": wall_before + time.perf_counter() - started,
-                            "world_size": world_size,
-                            "device": describe_device(device),
-                            "train_config": asdict(cfg),
-                            "model_config": asdict(model_cfg),
-                        },
-                        cfg.keep,
-                    )
-            if rank == 0 and record:
-                record["wall_s"] = round(wall_before + time.perf_counter() - started, 2)
-                with metrics_path.open("a") as f:
-                    f.write(json.dumps(record) + "\n")
-            if record:
-                clock = time.perf_counter()
-            bar.update()
-            if step >= total:
-                break
-    bar.close()
-    summary.update(
-        wall_s=round(wall_before + time.perf_counter() - started, 2),
-        step=step,
-        epoch=sampler.epoch,
-        checkpoint=str(latest),
-        parameters=sum(p.numel() for p in model.parameters()),
-    )
-    return summary

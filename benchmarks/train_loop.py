@@ -1,0 +1,204 @@
+"""Throughput of the real training loop (`transformer.training.train`), measured in one run.
+
+The loop runs as users run it, for --steps steps of a preset on Multi30k, with the host reading
+device values only at its log points. The first --warmup steps (compilation, allocator warm-up)
+are left out of the rates. Printed:
+
+- target tokens/s and steps/s of the loop;
+- FLOPs per second, counted by PyTorch's FlopCounterMode for every batch shape the loop ran
+  (padding included), and the model FLOPs utilisation (MFU) against the device's dense bf16
+  peak on a GPU we know (fp32 peak: not tabulated; MFU is then left out);
+- the number of graphs torch.compile built (with --compile), and the batch shapes;
+- the host reads of tensor values made by the package per step, outside log points;
+- with --startup: seconds from process start to step 10 of `python -m transformer train`;
+- on every device: the loop's throughput divided by the bare `train_step` throughput on the
+  same batches (the share of time the loop itself costs; 1.0 means none).
+
+    python benchmarks/train_loop.py --preset tiny                # CPU
+    python benchmarks/train_loop.py --preset small
+    python benchmarks/train_loop.py --preset base --device cuda --compile --startup \
+        --json results/benchmarks.json
+
+--json appends the measurement with its provenance to a JSON list (train_step.py's format).
+"""
+
+import argparse
+import copy
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+from train_step import record  # the sibling benchmark's JSON writer
+
+from transformer.devices import (
+    autocast_dtype,
+    describe_device,
+    host_reads,
+    peak_flops,
+    resolve_device,
+)
+from transformer.results import provenance
+from transformer.tokenizer import PAD_ID
+from transformer.training import (
+    PRESETS,
+    Run,
+    TrainConfig,
+    label_smoothed_loss,
+    run_steps,
+    start_run,
+    train_step,
+)
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def flops_per_shape(run: Run) -> dict[tuple[int, int], int]:
+    """FLOPs of one forward and backward pass for each batch shape, counted on a copy."""
+    model, amp_dtype = copy.deepcopy(run.model), autocast_dtype(run.device, run.cfg.amp)
+    counts = {}
+    for batch in run.data.epoch_batches(0):
+        shape = tuple(batch.src.shape)
+        if shape not in counts:
+            with (
+                FlopCounterMode(display=False) as counter,
+                torch.autocast(run.device.type, amp_dtype, enabled=amp_dtype is not None),
+            ):
+                logits = model(batch.src, batch.tgt_in)
+                label_smoothed_loss(logits, batch.tgt_out).backward()
+            counts[shape] = counter.get_total_flops()
+    return counts
+
+
+def run_loop(cfg: TrainConfig, warmup: int) -> dict:
+    """Train cfg.max_steps steps through run_steps; rates over the steps after `warmup`."""
+    run = start_run(cfg, device=resolve_device(cfg.device))
+    batches = list(run.data.epoch_batches(0))[warmup : cfg.max_steps]
+    flops = flops_per_shape(run)
+    run_steps(run, warmup)  # compiles and warms up; a log point ends it
+    with host_reads() as reads:
+        last = run_steps(run, cfg.max_steps)  # its rate leaves out the final evaluation
+    tokens = sum(int((b.tgt_out != PAD_ID).sum()) for b in batches)
+    log_points = ("read: tolist", "evaluate_loss: tolist")
+    return {
+        "run": run,
+        "seconds": tokens / last["tokens_per_s"],
+        "steps": len(batches),
+        "target_tokens": tokens,
+        "flops": sum(flops[tuple(b.src.shape)] for b in batches),
+        "host_reads": {k: v for k, v in reads.items() if k not in log_points},
+        "shapes": sorted({tuple(b.src.shape) for b in batches}),
+    }
+
+
+def bare_steps(run: Run, first: int, last: int) -> float:
+    """Seconds of train_step alone on batches first..last of epoch 0, with no loop around it."""
+    batches = list(run.data.epoch_batches(0))[first:last]
+    amp_dtype = autocast_dtype(run.device, run.cfg.amp)
+    synchronize(run.device)
+    start = time.perf_counter()
+    for batch in batches:
+        train_step(
+            run.net,
+            batch,
+            run.optimizer,
+            run.scheduler,
+            autocast_dtype=amp_dtype,
+        )
+    synchronize(run.device)
+    return time.perf_counter() - start
+
+
+def seconds_to_step_10(cfg: TrainConfig) -> float:
+    """Wall seconds from starting `python -m transformer train` to its record of step 10."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp, "run")
+        argv = [sys.executable, "-m", "transformer", "train", "--preset", cfg.preset]
+        argv += [
+            "--max-steps",
+            "10",
+            "--log-every",
+            "10",
+            "--out",
+            str(out),
+            "--device",
+            cfg.device,
+        ]
+        argv += ["--compile"] if cfg.compile else []
+        start = time.perf_counter()
+        subprocess.run(
+            argv, check=True, env=os.environ | {"TQDM_DISABLE": "1"}, capture_output=True
+        )
+        metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+        # the run's own clock stops at step 10; the process clock also holds the final save
+        return time.perf_counter() - start - (metrics[-1]["wall_s"] - metrics[0]["wall_s"])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--preset", choices=list(PRESETS), default="small")
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--steps", type=int, default=120, help="steps in all, warm-up included")
+    parser.add_argument("--warmup", type=int, default=20, help="untimed first steps")
+    parser.add_argument("--compile", action="store_true", help="torch.compile the model")
+    parser.add_argument("--startup", action="store_true", help="also time process start to step 10")
+    parser.add_argument("--json", type=Path, help="append the measurement to this JSON list")
+    args = parser.parse_args()
+    big = 10**9  # log points: only at the end of each run() call
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = TrainConfig(
+            preset=args.preset,
+            max_steps=args.steps,
+            device=args.device,
+            compile=args.compile,
+            out=f"{tmp}/run",
+            log_every=big,
+            eval_every=big,
+            save_every=big,
+        )
+        loop = run_loop(cfg, args.warmup)
+        run, device = loop["run"], loop["run"].device
+        bare = bare_steps(run, args.warmup, args.steps)
+    rate = loop["target_tokens"] / loop["seconds"]
+    peak = peak_flops(device)
+    result = {
+        "benchmark": "train_loop",
+        "preset": args.preset,
+        "compile": args.compile,
+        "amp": autocast_dtype(device, True) is not None,
+        "steps_timed": loop["steps"],
+        "target_tokens_per_s": round(rate, 1),
+        "steps_per_s": round(loop["steps"] / loop["seconds"], 2),
+        "tflops": round(loop["flops"] / loop["seconds"] / 1e12, 3),
+        "mfu": round(loop["flops"] / loop["seconds"] / peak, 4) if peak else None,
+        "batch_shapes": len(loop["shapes"]),
+        "compiled_graphs": compiled_graphs() if args.compile else None,
+        "host_reads_per_step": round(sum(loop["host_reads"].values()) / loop["steps"], 3),
+        "loop_over_bare_step": round(bare / loop["seconds"], 3),
+        "seconds_to_step_10": round(seconds_to_step_10(cfg), 1) if args.startup else None,
+    }
+    print(f"preset {args.preset} on {describe_device(device)}, autocast {autocast_dtype(device)}")
+    for key, value in result.items():
+        print(f"{key:>22}: {value}")
+    if args.json:
+        entry = result | {"provenance": {"device": describe_device(device), **provenance(sys.argv)}}
+        record(args.json, entry)
+
+
+def compiled_graphs() -> int:
+    """Graphs torch.compile built in this process (dynamo's own count)."""
+    from torch._dynamo.utils import counters
+
+    return counters["stats"]["unique_graphs"]
+
+
+if __name__ == "__main__":
+    main()
