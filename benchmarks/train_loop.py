@@ -1,4 +1,4 @@
-"""Throughput of the real training loop (`transformer.training.train`), measured in one run.
+"""Throughput of the real training loop (`transformer.loop.train`), measured in one run.
 
 The loop runs as users run it, for --steps steps of a preset on Multi30k, with the host reading
 device values only at its log points. The first --warmup steps (compilation, allocator warm-up)
@@ -35,6 +35,7 @@ from pathlib import Path
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 from train_step import record  # the sibling benchmark's JSON writer
+from transformer.loop import Run, run_steps, start_run
 
 from transformer.devices import (
     autocast_dtype,
@@ -45,15 +46,7 @@ from transformer.devices import (
 )
 from transformer.results import provenance
 from transformer.tokenizer import PAD_ID
-from transformer.training import (
-    PRESETS,
-    Run,
-    TrainConfig,
-    label_smoothed_loss,
-    run_steps,
-    start_run,
-    train_step,
-)
+from transformer.training import PRESETS, TrainConfig, label_smoothed_loss, train_step
 
 
 def synchronize(device: torch.device) -> None:

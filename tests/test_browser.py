@@ -104,8 +104,8 @@ def book_html(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def browser():
     executable = find_chromium()
-    if executable is None:
-        pytest.fail(INSTALL_HINT, pytrace=False)
+    if executable is None:  # a fresh machine may lack it; CI (CI=true) must not skip the check
+        (pytest.fail if os.environ.get("CI") else pytest.skip)(INSTALL_HINT)
     if not Path(executable).exists():
         pytest.fail(f"CHROMIUM_PATH={executable} does not exist. {INSTALL_HINT}", pytrace=False)
     with sync_playwright() as playwright:

@@ -8,8 +8,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
+from transformer.loop import train
 
-from transformer import training
+from transformer import loop, training
 from transformer.batching import collate
 from transformer.buckets import Buckets
 from transformer.checkpoints import check_config, load_checkpoint, save_checkpoint, step_checkpoints
@@ -22,7 +23,6 @@ from transformer.training import (
     label_smoothed_loss,
     make_optimizer,
     noam_lr,
-    train,
     train_step,
 )
 
@@ -302,7 +302,7 @@ def test_tokens_per_second_counts_the_steps_of_the_window_only(tmp_path, monkeyp
     """A fake clock: each training step takes 0.5 s, each evaluation 100 s. The rate must be the
     window's target tokens over its steps' time, with evaluation and saving left out."""
     now = [0.0]
-    real_step, real_eval = training.train_step, training.evaluate_loss
+    real_step, real_eval = loop.train_step, loop.evaluate_loss
 
     def step(*args, **kwargs):
         now[0] += 0.5
@@ -312,9 +312,9 @@ def test_tokens_per_second_counts_the_steps_of_the_window_only(tmp_path, monkeyp
         now[0] += 100.0
         return real_eval(*args, **kwargs)
 
-    monkeypatch.setattr(training.time, "perf_counter", lambda: now[0])
-    monkeypatch.setattr(training, "train_step", step)
-    monkeypatch.setattr(training, "evaluate_loss", evaluate)
+    monkeypatch.setattr(loop.time, "perf_counter", lambda: now[0])
+    monkeypatch.setattr(loop, "train_step", step)
+    monkeypatch.setattr(loop, "evaluate_loss", evaluate)
     cfg = tiny(tmp_path, "clock", max_steps=12, log_every=4, eval_every=6, save_every=3)
     train(cfg)
     logged = [r for r in records(cfg) if "loss" in r]

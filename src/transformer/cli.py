@@ -34,10 +34,11 @@ import torch
 from .data import LANGUAGES, SPLIT_SIZES
 from .devices import resolve_device
 from .evaluation import evaluate_split, load_model, translate
+from .loop import train
 from .model import Transformer
 from .results import checkpoint_paths, record_run, write_result
 from .tokenizer import Tokenizer, multi30k_tokenizer
-from .training import PRESETS, TrainConfig, train
+from .training import PRESETS, TrainConfig
 
 
 def _number(kind: type, low: float, low_ok: bool, high: float | None = None) -> Callable:

@@ -14,7 +14,6 @@ __all__ = [
 
 # %% ../../notebooks/13_gpu_training.ipynb #acfb6afd
 import json
-import os
 import statistics
 import subprocess
 from collections.abc import Sequence
