@@ -1,22 +1,10 @@
 import pytest
 import torch
+from random_data import random_pairs
 
 from transformer.batching import collate, example_length, load_pairs
 from transformer.buckets import Buckets, bucket_length
 from transformer.tokenizer import BOS_ID, PAD_ID, multi30k_tokenizer
-
-
-def random_pairs(n: int = 500, seed: int = 0) -> list:
-    """Pairs of random ids (4..99) whose source and target lengths differ (1 to 40)."""
-    gen = torch.Generator().manual_seed(seed)
-    lengths = torch.randint(1, 41, (n, 2), generator=gen).tolist()
-    return [
-        (
-            torch.randint(4, 100, (a,), generator=gen).tolist(),
-            torch.randint(4, 100, (b,), generator=gen).tolist(),
-        )
-        for a, b in lengths
-    ]
 
 
 def real_rows(batch) -> list[tuple]:
@@ -36,7 +24,7 @@ def test_bucket_length_rounds_up_to_the_multiple():
 
 @pytest.mark.parametrize("world_size", [1, 2, 3])
 def test_fixed_shapes_budget_and_every_pair_once_per_epoch(world_size):
-    pairs = random_pairs()
+    pairs = random_pairs(500)
     ranks = [
         Buckets(pairs, 400, "cpu", 100, seed=1, rank=r, world_size=world_size)
         for r in range(world_size)

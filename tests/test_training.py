@@ -7,14 +7,15 @@ import sys
 import pytest
 import torch
 import torch.nn.functional as F
+from random_data import random_pairs
 from torch import nn
-from transformer.loop import train
 
 from transformer import loop, training
 from transformer.batching import collate
 from transformer.buckets import Buckets
 from transformer.checkpoints import check_config, load_checkpoint, save_checkpoint, step_checkpoints
 from transformer.devices import host_reads
+from transformer.loop import train
 from transformer.model import Transformer, TransformerConfig
 from transformer.tokenizer import PAD_ID
 from transformer.training import (
@@ -97,22 +98,9 @@ def tiny_model(seed: int = 0, dropout: float = 0.0) -> Transformer:
     return Transformer(config)
 
 
-def random_pairs(n: int, seed: int = 0) -> list:
-    """Pairs of random ids (4..39) of random lengths: sources and targets differ."""
-    gen = torch.Generator().manual_seed(seed)
-    lengths = torch.randint(1, 12, (n, 2), generator=gen).tolist()
-    return [
-        (
-            torch.randint(4, 40, (a,), generator=gen).tolist(),
-            torch.randint(4, 40, (b,), generator=gen).tolist(),
-        )
-        for a, b in lengths
-    ]
-
-
 @pytest.mark.parametrize("eps", [0.0, 0.1, 0.4])
 def test_train_step_uses_its_label_smoothing_in_the_update(eps):
-    batch = collate(random_pairs(6))
+    batch = collate(random_pairs(6, vocab_size=40, max_len=11))
     ours, ref = tiny_model(), tiny_model()
     opt_ours, sched_ours = make_optimizer(ours, 16, 4)
     opt_ref, sched_ref = make_optimizer(ref, 16, 4)
@@ -130,7 +118,7 @@ def test_train_step_uses_its_label_smoothing_in_the_update(eps):
 
 
 def test_validation_loss_averages_over_real_target_tokens_only():
-    pairs = random_pairs(30, seed=1)
+    pairs = random_pairs(30, seed=1, vocab_size=40, max_len=11)
     model = tiny_model(1).eval()
     data = Buckets(pairs, 64, "cpu", 40, shuffle=False)
     ours = evaluate_loss(model, data, label_smoothing=0.2)
