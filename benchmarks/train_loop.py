@@ -35,7 +35,6 @@ from pathlib import Path
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 from train_step import record  # the sibling benchmark's JSON writer
-from transformer.loop import Run, run_steps, start_run
 
 from transformer.devices import (
     autocast_dtype,
@@ -44,6 +43,7 @@ from transformer.devices import (
     peak_flops,
     resolve_device,
 )
+from transformer.loop import Run, run_steps, start_run
 from transformer.results import provenance
 from transformer.tokenizer import PAD_ID
 from transformer.training import PRESETS, TrainConfig, label_smoothed_loss, train_step

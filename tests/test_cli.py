@@ -7,6 +7,7 @@ from dataclasses import asdict
 
 import pytest
 
+from transformer import evaluation
 from transformer.cli import build_parser, main
 from transformer.results import load_results, missing_keys, train_command
 from transformer.training import TrainConfig
@@ -102,13 +103,16 @@ def tiny_run(tmp_path_factory):
     return run
 
 
-def test_translate_keeps_empty_lines_and_warns_on_long_input(tiny_run, capsys, monkeypatch):
+def test_translate_keeps_empty_lines_and_warns_on_long_input(
+    tiny_run, capsys, monkeypatch, beam_alphas
+):
     long_line = "a dog " * 200  # longer than max_len=256 pieces
     monkeypatch.setattr("sys.stdin", io.StringIO(f"A man rides a bike.\n\n{long_line}\n"))
     with pytest.warns(UserWarning, match="1 of 3 sentences are longer than the model's max_len"):
         assert main(["translate", "--checkpoint", str(tiny_run), "--beam", "2"]) == 0
     lines = capsys.readouterr().out.split("\n")
     assert len(lines) == 4 and lines[0] and lines[1] == "" and lines[3] == ""
+    assert beam_alphas == [0.6]  # no --alpha: the paper's
 
 
 def test_evaluate_prints_both_bleu_and_writes_translations(tiny_run, tmp_path, capsys):
@@ -120,17 +124,30 @@ def test_evaluate_prints_both_bleu_and_writes_translations(tiny_run, tmp_path, c
     assert len(hyps.read_text().splitlines()) == 1014
 
 
-def test_record_writes_a_complete_result(tiny_run, tmp_path, capsys):
+def test_alpha_reaches_beam_search(tiny_run, tmp_path, monkeypatch, beam_alphas):
+    """--alpha is the length penalty of the beam searches that translate and evaluate run."""
+    load = evaluation.load_multi30k
+    monkeypatch.setattr(evaluation, "load_multi30k", lambda *args: load(*args)[:4])  # quick
+    argv = ["--checkpoint", str(tiny_run), "--beam", "2", "--alpha"]
+    assert main(["translate", *argv, "1.3", "A dog runs."]) == 0
+    hyps = tmp_path / "val.hyp.txt"
+    assert main(["evaluate", *argv, "0", "--split", "val", "--hypotheses", str(hyps)]) == 0
+    assert beam_alphas == [1.3, 0.0]
+    assert len(hyps.read_text().splitlines()) == 4
+
+
+def test_record_writes_a_complete_result(tiny_run, tmp_path, capsys, beam_alphas):
     out = tmp_path / "results" / "en-de.json"
     argv = ["record", str(tiny_run), "--out", str(out), "--max-sentences", "8", "--beam", "2"]
-    assert main(argv) == 0
+    assert main([*argv, "--alpha", "0.9"]) == 0
+    assert beam_alphas == [0.9, 0.9]  # val, then test_2016_flickr
     (result,) = load_results(out.parent)
     assert not missing_keys(result)
     assert result["direction"] == "en-de" and result["steps"] == 10
     assert result["config"]["decoding"] == {
         "average": 5,
         "beam_size": 2,
-        "alpha": 0.6,
+        "alpha": 0.9,
         "max_sentences": 8,
     }
     assert result["curves"]["val_step"] == [10]

@@ -88,11 +88,18 @@ def test_no_network_and_no_copy_names_url_and_env_var(tmp_path, monkeypatch):
 
 
 def test_download_goes_to_the_cache_and_is_verified(tmp_path, monkeypatch):
-    source = tmp_path / "mirror"
-    source.mkdir()
-    copy_split(source)
+    mirror = tmp_path / "mirror"
+    mirror.mkdir()
+    copy_split(mirror)
+    files = {lang: (mirror / f"val.{lang}.gz").read_bytes() for lang in ("en", "de")}
+    lines = {lang: gzip.decompress(raw).decode().splitlines() for lang, raw in files.items()}
     monkeypatch.delenv("MULTI30K_DIR", raising=False)
     monkeypatch.setenv("TRANSFORMER_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(data, "MULTI30K_URL", source.as_uri() + "/{name}")
-    assert load_multi30k("val", "en", "de") == load_multi30k("val", "en", "de")
-    assert (tmp_path / "cache" / "multi30k" / "val.de.gz").is_file()
+    monkeypatch.setattr(data, "MULTI30K_URL", mirror.as_uri() + "/{name}")
+    assert load_multi30k("val", "en", "de") == list(zip(lines["en"], lines["de"], strict=True))
+    for lang, raw in files.items():
+        assert (tmp_path / "cache" / "multi30k" / f"val.{lang}.gz").read_bytes() == raw
+    # a mirror that serves another file: the download fails its checksum
+    (mirror / "val.fr.gz").write_bytes(files["de"])
+    with pytest.raises(ValueError, match=f"val.fr.gz: expected sha256 {data.SHA256['val.fr.gz']}"):
+        load_multi30k("val", "en", "fr")

@@ -64,13 +64,33 @@ def test_matches_torch_decoder(norm_first, stack):
     assert not torch.allclose(y[~real], y_ref[~real])
 
 
+# our modules in a decoder layer -> PyTorch's, written out here rather than taken from
+# torch_reference.torch_name, which the test below checks
+LAYER_MODULES = {
+    "self_attn.out_proj": "self_attn.out_proj",
+    "cross_attn.out_proj": "multihead_attn.out_proj",
+    "feed_forward.linear1": "linear1",
+    "feed_forward.linear2": "linear2",
+    "self_residual.norm": "norm1",
+    "cross_residual.norm": "norm2",
+    "ff_residual.norm": "norm3",
+}
+
+
 def test_torch_decoder_copies_every_parameter():
     ours = perturbed(Decoder(2, D_MODEL, N_HEADS, D_FF, norm_first=True))
-    ref = torch_stack(ours)
-    ours_sum = sum(p.sum() for p in ours.parameters())
-    ref_sum = sum(p.sum() for p in ref.parameters())
-    assert len(list(ours.parameters())) == len(list(ref.parameters()))
-    torch.testing.assert_close(ours_sum, ref_sum, rtol=0, atol=1e-9)
+    theirs = dict(torch_stack(ours).named_parameters())
+    pairs = {"norm.weight": "norm.weight", "norm.bias": "norm.bias"}
+    for i in range(2):
+        for w in ("weight", "bias"):
+            pairs[f"layers.{i}.self_attn.in_proj.{w}"] = f"layers.{i}.self_attn.in_proj_{w}"
+            pairs[f"layers.{i}.cross_attn.in_proj.{w}"] = f"layers.{i}.multihead_attn.in_proj_{w}"
+            for a, b in LAYER_MODULES.items():
+                pairs[f"layers.{i}.{a}.{w}"] = f"layers.{i}.{b}.{w}"
+    assert sorted(pairs) == sorted(name for name, _ in ours.named_parameters())
+    assert sorted(pairs.values()) == sorted(theirs)
+    for a, b in pairs.items():
+        assert torch.equal(ours.get_parameter(a), theirs[b]), f"{a} was not copied to {b}"
 
 
 @pytest.mark.parametrize("norm_first", [False, True])

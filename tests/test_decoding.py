@@ -4,7 +4,9 @@ from collections import Counter
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
+from torch.overrides import TorchFunctionMode
 
 from transformer.decoding import beam_search, greedy_decode, length_limits, lp
 from transformer.model import Transformer, TransformerConfig
@@ -84,6 +86,49 @@ def test_beam_search_with_cache_equals_without():
     for k in (2, 4):
         cached = beam_search(model, src, beam_size=k, max_len=25, eos_id=eos)
         assert cached == beam_search(model, src, k, 25, eos_id=eos, use_cache=False)
+
+
+class MemoryProjections(TorchFunctionMode):
+    """Counts, while active, the linear maps that the cross-attention layers of `model` apply to
+    the memory they are given (their keys and values)."""
+
+    def __init__(self, model: Transformer):
+        super().__init__()
+        self.count, self.memory = 0, None
+        self.layers = [layer.cross_attn for layer in model.decoder.layers]
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func is F.linear and args[0] is self.memory:
+            self.count += 1
+        return func(*args, **(kwargs or {}))
+
+    def remember(self, module, args, kwargs) -> None:
+        self.memory = args[1] if len(args) > 1 else kwargs["memory"]
+
+    def __enter__(self):
+        self.hooks = [
+            m.register_forward_pre_hook(self.remember, with_kwargs=True) for m in self.layers
+        ]
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        for hook in self.hooks:
+            hook.remove()
+        return super().__exit__(*exc)
+
+
+@pytest.mark.parametrize("search", [greedy_decode, beam_search])
+def test_memory_keys_and_values_are_projected_once_per_sentence(search):
+    """With the cache, each layer projects the memory once, at the first step, not at every step."""
+    model, src = random_model(), padded_sources()
+    with MemoryProjections(model) as one_step:
+        search(model, src, max_len=1, eos_id=None)
+    with MemoryProjections(model) as twelve_steps:
+        search(model, src, max_len=12, eos_id=None)
+    with MemoryProjections(model) as recomputed:
+        search(model, src, max_len=12, eos_id=None, use_cache=False)
+    assert one_step.count == twelve_steps.count == model.config.n_layers  # K and V in one product
+    assert recomputed.count == 12 * model.config.n_layers  # the check can fail
 
 
 def test_length_penalty_values():

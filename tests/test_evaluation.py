@@ -5,6 +5,9 @@ import pytest
 import torch
 from sacrebleu.metrics import BLEU
 
+from transformer import evaluation
+from transformer.checkpoints import save_checkpoint
+from transformer.data import load_multi30k
 from transformer.evaluation import (
     attention_weights,
     average_checkpoints,
@@ -16,7 +19,6 @@ from transformer.evaluation import (
 )
 from transformer.model import Transformer, TransformerConfig
 from transformer.tokenizer import multi30k_tokenizer
-from transformer.training import save_checkpoint
 
 
 def small_config(vocab: int = 40, **changes) -> TransformerConfig:
@@ -25,7 +27,7 @@ def small_config(vocab: int = 40, **changes) -> TransformerConfig:
 
 
 def write_checkpoint(path, seed: int = 0, config: TransformerConfig | None = None):
-    """A checkpoint as training.train writes it (the parts evaluation reads)."""
+    """A checkpoint as loop.train writes it (the parts evaluation reads)."""
     config = config or small_config()
     torch.manual_seed(seed)
     model = Transformer(config)
@@ -174,14 +176,38 @@ def test_bleu_wrapper_matches_sacrebleu():
         corpus_bleu([], [])
 
 
-def test_evaluate_split_scores_its_translations(tokenizer):
-    result = evaluate_split(
-        random_model(tokenizer), tokenizer, "val", beam_size=1, max_len=5, max_sentences=3
+def test_length_penalty_reaches_beam_search(tokenizer, beam_alphas):
+    model, lines = random_model(tokenizer), ["A dog runs.", "A girl."]
+    translate(model, tokenizer, lines, beam_size=2, max_len=4, length_penalty=1.7, batch_size=1)
+    assert beam_alphas == [1.7, 1.7]  # one call per batch
+    evaluate_split(
+        model, tokenizer, "val", beam_size=2, max_len=4, max_sentences=2, length_penalty=0.0
     )
-    assert len(result.hypotheses) == len(result.references) == 3
-    again = corpus_bleu(result.hypotheses, result.references)
-    assert result.bleu.cased.score == again.cased.score
-    assert result.bleu.lowercased_signature == again.lowercased_signature
+    assert beam_alphas[2:] == [0.0]
+    translate(model, tokenizer, lines, beam_size=2, max_len=4)
+    assert beam_alphas[3:] == [0.6]  # the paper's alpha by default
+
+
+def test_evaluate_split_scores_its_translations(tokenizer, monkeypatch):
+    pairs = load_multi30k("val", "de", "en")[:5]
+    sources, targets = [de for de, _ in pairs], [en for _, en in pairs]
+    model = random_model(tokenizer)
+    result = evaluate_split(model, tokenizer, "val", "de", "en", 1, max_sentences=5, max_len=5)
+    assert result.references == targets  # the split's English side, in order: not its sources
+    assert result.hypotheses == translate(model, tokenizer, sources, beam_size=1, max_len=5)
+    # a translator that writes the first half of each reference: every n-gram matches, and only
+    # the brevity penalty lowers the score; scored the other way round, BLEU would differ
+    halves = {de: " ".join(en.split()[: len(en.split()) // 2]) for de, en in pairs}
+    monkeypatch.setattr(
+        evaluation, "translate", lambda m, t, lines, *a, **k: [halves[s] for s in lines]
+    )
+    scored = evaluate_split(model, tokenizer, "val", "de", "en", max_sentences=5).bleu
+    hypotheses = [halves[s] for s in sources]
+    want = BLEU().corpus_score(hypotheses, [targets]).score
+    assert 0 < want < 100 and want != BLEU().corpus_score(targets, [hypotheses]).score
+    assert scored.cased.score == want
+    assert scored.lowercased.score == BLEU(lowercase=True).corpus_score(hypotheses, [targets]).score
+    assert "case:lc" in scored.lowercased_signature
 
 
 def test_attention_weights_leave_outputs_unchanged():

@@ -1,3 +1,4 @@
+import inspect
 import math
 import warnings
 
@@ -7,10 +8,12 @@ import torch.nn.functional as F
 from torch import nn
 from torch_reference import torch_transformer
 
-from transformer.decoder import DecoderCache
+from transformer.decoder import DecoderCache, DecoderLayer
 from transformer.embeddings import TokenEmbedding
+from transformer.encoder import EncoderLayer
 from transformer.masks import cross_mask, decoder_mask, encoder_mask
 from transformer.model import Transformer, TransformerConfig, load_word_vectors, read_glove
+from transformer.multihead import MultiHeadAttention
 
 V, PAD = 60, 0
 
@@ -56,6 +59,30 @@ def test_base_parameter_count():
     assert count(TransformerConfig(37000, 37000, norm_first=True)) == n + 2 * 2 * 512  # final LNs
     separate = TransformerConfig(37000, 30000, share_embeddings=False)
     assert count(separate) == n - 37000 * 512 + (37000 + 30000) * 512
+
+
+def rates_and_eps(module: nn.Module) -> tuple[list[float], list[float]]:
+    """The dropout probabilities and LayerNorm eps inside a module of ours or of PyTorch's."""
+    attention = (MultiHeadAttention, nn.MultiheadAttention)
+    rates = [m.dropout for m in module.modules() if isinstance(m, attention)]
+    rates += [m.p for m in module.modules() if isinstance(m, nn.Dropout)]
+    return sorted(rates), sorted(m.eps for m in module.modules() if hasattr(m, "eps"))
+
+
+def test_defaults_are_pytorchs():
+    """Built without the options, our configuration and layers are PyTorch's built without them."""
+    theirs = inspect.signature(nn.Transformer).parameters
+    names = {"d_model": "d_model", "n_heads": "nhead", "n_layers": "num_encoder_layers"}
+    names |= {"d_ff": "dim_feedforward", "dropout": "dropout", "norm_first": "norm_first"}
+    for ours, their_name in names.items():
+        assert getattr(TransformerConfig(V, V), ours) == theirs[their_name].default, ours
+    pairs = [
+        (MultiHeadAttention(32, 4), nn.MultiheadAttention(32, 4)),
+        (EncoderLayer(32, 4, 64), nn.TransformerEncoderLayer(32, 4, 64)),
+        (DecoderLayer(32, 4, 64), nn.TransformerDecoderLayer(32, 4, 64)),
+    ]
+    for ours, theirs in pairs:
+        assert rates_and_eps(ours) == rates_and_eps(theirs), type(ours).__name__
 
 
 def test_embeddings_shared_and_tied():

@@ -27,6 +27,16 @@ def test_layer_norm_matches_torch_with_random_gamma_beta(shape):
         assert rel_err(ours(x), F.layer_norm(x, (d,), ours.weight, ours.bias, eps=1e-6)) < 1e-10
 
 
+def test_default_eps_is_pytorchs():
+    """Built with no eps, LayerNorm (and the one inside Residual) is nn.LayerNorm with no eps, on
+    inputs whose variance is small enough for eps to matter."""
+    x = 1e-3 * torch.randn(4, 16, generator=torch.Generator().manual_seed(0)) + 1.0
+    expected = nn.LayerNorm(16)(x)
+    for norm in (LayerNorm(16), Residual(16).norm):
+        assert norm.eps == nn.LayerNorm(16).eps
+        torch.testing.assert_close(norm(x), expected, rtol=1e-4, atol=1e-4)
+
+
 def test_layer_norm_standardizes_with_biased_variance():
     x = torch.tensor([[2.0, 4, 4, 4, 5, 5, 7, 9]], dtype=torch.float64)
     out = LayerNorm(8, eps=0.0).double()(x)

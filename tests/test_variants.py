@@ -200,6 +200,34 @@ def test_masked_head_is_tied_and_never_predicts_mask():
     assert not torch.allclose(model(pieces(2, 6))[..., 7], logits[..., 7])
 
 
+def test_causal_loss_predicts_the_next_token():
+    """Eq. clm-loss on random ids, where the next token is not the current one: position t is
+    scored on ids[t + 1], padding left out."""
+    model = models()[1]
+    ids = torch.cat([torch.full((3, 1), BOS_ID), pieces(3, 9, seed=6)], dim=1)  # (3, 10)
+    ids[1, 7:], ids[2, 4:] = PAD_ID, PAD_ID
+    assert (ids[0, 1:] != ids[0, :-1]).all()  # no piece repeats: "next" is never "current"
+    with torch.no_grad():
+        log_p = model(ids).log_softmax(dim=-1)  # (batch, T, V)
+        real = (ids[:, 1:] != PAD_ID).nonzero().tolist()  # (row, position) of each target
+        terms = [-log_p[b, t, ids[b, t + 1]] for b, t in real]
+        torch.testing.assert_close(clm_loss(model, ids, "sum"), sum(terms))
+        torch.testing.assert_close(clm_loss(model, ids), sum(terms) / len(terms))
+
+
+def test_masked_loss_scores_the_labelled_positions():
+    """Eq. mlm-loss: the original ids at the chosen positions, read from the corrupted input."""
+    model = models()[0]
+    ids = pieces(4, 12, seed=7)
+    inputs, labels = mask_tokens(ids, model.mask_id, V, torch.Generator().manual_seed(1))
+    chosen = (labels != PAD_ID).nonzero().tolist()
+    assert len(chosen) > 1
+    with torch.no_grad():
+        log_p = model(inputs).log_softmax(dim=-1)  # (batch, S, V)
+        terms = [-log_p[b, i, ids[b, i]] for b, i in chosen]
+        torch.testing.assert_close(mlm_loss(model, inputs, labels), sum(terms) / len(terms))
+
+
 def test_losses_train_both_models():
     """Each row repeats one piece: both objectives can learn it from the context."""
     for model, loss_fn in zip(models(), ["masked", "causal"], strict=True):

@@ -28,29 +28,29 @@ from torch import Tensor
 from torch.nn.utils.rnn import pad_sequence
 from tqdm import tqdm
 
+from .checkpoints import load_checkpoint
 from .data import load_multi30k
 from .decoding import beam_search, evaluating, greedy_decode
 from .model import Transformer, TransformerConfig
 from .multihead import MultiHeadAttention
 from .tokenizer import BOS_ID, Tokenizer
-from .checkpoints import load_checkpoint
 
 
 def read_checkpoint(path: str | Path) -> dict:
-    """A checkpoint written by training.train (loaded safely), checked to hold "model" weights
+    """A checkpoint written by loop.train (loaded safely), checked to hold "model" weights
     and a "model_config"."""
     try:
         ckpt = load_checkpoint(path)
     except (RuntimeError, EOFError, pickle.UnpicklingError) as err:
         raise ValueError(
             f"{path} is not a readable PyTorch checkpoint; pass one written by "
-            "transformer.training.train"
+            "transformer.loop.train"
         ) from err
     missing = [k for k in ("model", "model_config") if not isinstance(ckpt, dict) or k not in ckpt]
     if missing:
         raise ValueError(
             f"{path} holds no {' and no '.join(missing)}; pass a checkpoint written by "
-            "transformer.training.train"
+            "transformer.loop.train"
         )
     return ckpt
 
