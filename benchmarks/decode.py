@@ -16,16 +16,24 @@ timings erratic. The ratio, not the absolute time, is the result.
     python benchmarks/decode.py --batch 8          # eight sentences at once
     python benchmarks/decode.py --threads 4        # four CPU threads
     python benchmarks/decode.py --device cuda      # on a GPU
+
+--json appends the measurement with its provenance to a JSON list (train_step.py's format);
+chapter 12 shows the entries of results/benchmarks.json.
 """
 
 import argparse
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import torch
+from train_step import record  # the sibling benchmark's JSON writer
 
 from transformer.decoding import greedy_decode
+from transformer.devices import describe_device
 from transformer.model import Transformer, TransformerConfig
+from transformer.results import provenance
 
 
 def timed(model: Transformer, src: torch.Tensor, length: int, use_cache: bool) -> float:
@@ -72,6 +80,7 @@ def main() -> None:
     parser.add_argument("--vocab", type=int, default=8000, help="shared vocabulary size")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=1, help="CPU threads (0: torch's default)")
+    parser.add_argument("--json", type=Path, help="append the measurement to this JSON list")
     args = parser.parse_args()
     if args.threads > 0:
         torch.set_num_threads(args.threads)
@@ -94,6 +103,20 @@ def main() -> None:
         )
     cached, recomputed = medians[args.tokens]
     print(f"speedup (cache / no cache): {recomputed / cached:.1f}x")
+    if args.json:
+        entry = {
+            "benchmark": "decode",
+            "batch": args.batch,
+            "source_tokens": args.src_len,
+            "threads": torch.get_num_threads(),
+            "repeats": args.repeats,
+            "ms_cache_recompute": {
+                n: [round(c * 1e3, 1), round(r * 1e3, 1)] for n, (c, r) in medians.items()
+            },
+            "speedup": {n: round(r / c, 2) for n, (c, r) in medians.items()},
+            "provenance": {"device": describe_device(device), **provenance(sys.argv)},
+        }
+        record(args.json, entry)
 
 
 if __name__ == "__main__":

@@ -24,7 +24,6 @@ are left out of the rates. Printed:
 
 import argparse
 import copy
-import json
 import os
 import subprocess
 import sys
@@ -43,7 +42,7 @@ from transformer.devices import (
     peak_flops,
     resolve_device,
 )
-from transformer.loop import Run, run_steps, start_run
+from transformer.loop import Run, compiled_graphs, run_steps, start_run
 from transformer.results import provenance
 from transformer.tokenizer import PAD_ID
 from transformer.training import PRESETS, TrainConfig, label_smoothed_loss, train_step
@@ -52,6 +51,15 @@ from transformer.training import PRESETS, TrainConfig, label_smoothed_loss, trai
 def synchronize(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+def planned_batches(run: Run, first: int, last: int) -> list:
+    """Batches first..last of the run's order, across epochs, as the loop sees them."""
+    batches, epoch = [], 0
+    while len(batches) < last:
+        batches += run.data.epoch_batches(epoch)
+        epoch += 1
+    return batches[first:last]
 
 
 def flops_per_shape(run: Run) -> dict[tuple[int, int], int]:
@@ -74,7 +82,7 @@ def flops_per_shape(run: Run) -> dict[tuple[int, int], int]:
 def run_loop(cfg: TrainConfig, warmup: int) -> dict:
     """Train cfg.max_steps steps through run_steps; rates over the steps after `warmup`."""
     run = start_run(cfg, device=resolve_device(cfg.device))
-    batches = list(run.data.epoch_batches(0))[warmup : cfg.max_steps]
+    batches = planned_batches(run, warmup, cfg.max_steps)
     flops = flops_per_shape(run)
     run_steps(run, warmup)  # compiles and warms up; a log point ends it
     with host_reads() as reads:
@@ -94,7 +102,7 @@ def run_loop(cfg: TrainConfig, warmup: int) -> dict:
 
 def bare_steps(run: Run, first: int, last: int) -> float:
     """Seconds of train_step alone on batches first..last of epoch 0, with no loop around it."""
-    batches = list(run.data.epoch_batches(0))[first:last]
+    batches = planned_batches(run, first, last)
     amp_dtype = autocast_dtype(run.device, run.cfg.amp)
     synchronize(run.device)
     start = time.perf_counter()
@@ -111,28 +119,28 @@ def bare_steps(run: Run, first: int, last: int) -> float:
 
 
 def seconds_to_step_10(cfg: TrainConfig) -> float:
-    """Wall seconds from starting `python -m transformer train` to its record of step 10."""
+    """Wall seconds from starting `python -m transformer train` until it writes its record of
+    step 10 (no evaluation or checkpoint falls on that step); the process is then stopped."""
     with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp, "run")
+        metrics = Path(tmp, "run", "metrics.jsonl")
         argv = [sys.executable, "-m", "transformer", "train", "--preset", cfg.preset]
-        argv += [
-            "--max-steps",
-            "10",
-            "--log-every",
-            "10",
-            "--out",
-            str(out),
-            "--device",
-            cfg.device,
-        ]
+        argv += ["--max-steps", "1000", "--log-every", "10", "--eval-every", "1000"]
+        argv += ["--save-every", "1000", "--out", str(metrics.parent), "--device", cfg.device]
         argv += ["--compile"] if cfg.compile else []
+        argv += ["--cuda-graphs"] if cfg.cuda_graphs else []
+        env = os.environ | {"TQDM_DISABLE": "1"}
         start = time.perf_counter()
-        subprocess.run(
-            argv, check=True, env=os.environ | {"TQDM_DISABLE": "1"}, capture_output=True
-        )
-        metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-        # the run's own clock stops at step 10; the process clock also holds the final save
-        return time.perf_counter() - start - (metrics[-1]["wall_s"] - metrics[0]["wall_s"])
+        log = Path(tmp, "stderr.txt")
+        process = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=log.open("w"))
+        try:
+            while not (metrics.exists() and metrics.read_text().endswith("\n")):
+                if process.poll() is not None:
+                    raise RuntimeError(f"train exited before step 10:\n{log.read_text()}")
+                time.sleep(0.01)
+            return time.perf_counter() - start
+        finally:
+            process.kill()
+            process.wait()
 
 
 def main() -> None:
@@ -142,6 +150,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=120, help="steps in all, warm-up included")
     parser.add_argument("--warmup", type=int, default=20, help="untimed first steps")
     parser.add_argument("--compile", action="store_true", help="torch.compile the model")
+    parser.add_argument("--cuda-graphs", action="store_true", help="with --compile: CUDA graphs")
     parser.add_argument("--startup", action="store_true", help="also time process start to step 10")
     parser.add_argument("--json", type=Path, help="append the measurement to this JSON list")
     args = parser.parse_args()
@@ -152,6 +161,7 @@ def main() -> None:
             max_steps=args.steps,
             device=args.device,
             compile=args.compile,
+            cuda_graphs=args.cuda_graphs,
             out=f"{tmp}/run",
             log_every=big,
             eval_every=big,
@@ -166,6 +176,7 @@ def main() -> None:
         "benchmark": "train_loop",
         "preset": args.preset,
         "compile": args.compile,
+        "cuda_graphs": args.cuda_graphs,
         "amp": autocast_dtype(device, True) is not None,
         "steps_timed": loop["steps"],
         "target_tokens_per_s": round(rate, 1),
@@ -184,13 +195,6 @@ def main() -> None:
     if args.json:
         entry = result | {"provenance": {"device": describe_device(device), **provenance(sys.argv)}}
         record(args.json, entry)
-
-
-def compiled_graphs() -> int:
-    """Graphs torch.compile built in this process (dynamo's own count)."""
-    from torch._dynamo.utils import counters
-
-    return counters["stats"]["unique_graphs"]
 
 
 if __name__ == "__main__":

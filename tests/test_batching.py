@@ -51,7 +51,7 @@ def test_budget_respected_and_every_example_once_per_epoch(world_size):
         TokenBatchSampler(ls, 500, seed=1, rank=r, world_size=world_size) for r in range(world_size)
     ]
     for epoch in (0, 1):
-        shares = [s.batches(epoch) for s in samplers]
+        shares = [s.plan(epoch) for s in samplers]
         assert len({len(share) for share in shares}) == 1  # equally long shares
         seen = [i for share in shares for batch in share for i in batch]
         assert sorted(seen) == list(range(len(ls)))  # disjoint, and nothing dropped
@@ -64,17 +64,17 @@ def test_grouping_saves_padding_and_order_is_deterministic():
     ls = lengths()
 
     def padding(sampler):
-        batches = sampler.batches(0)
+        batches = sampler.plan(0)
         return sum(len(b) * max(ls[i] for i in b) - sum(ls[i] for i in b) for b in batches)
 
     assert padding(TokenBatchSampler(ls, 1000)) < 0.25 * padding(
         TokenBatchSampler(ls, 1000, pool_size=1)
     )
     a, b = TokenBatchSampler(ls, 1000, seed=3), TokenBatchSampler(ls, 1000, seed=3)
-    assert a.batches(0) == b.batches(0)
-    assert a.batches(0) != a.batches(1)
-    assert a.batches(0) != TokenBatchSampler(ls, 1000, seed=4).batches(0)
-    ordered = TokenBatchSampler(ls, 1000, shuffle=False).batches(0)
+    assert a.plan(0) == b.plan(0)
+    assert a.plan(0) != a.plan(1)
+    assert a.plan(0) != TokenBatchSampler(ls, 1000, seed=4).plan(0)
+    ordered = TokenBatchSampler(ls, 1000, shuffle=False).plan(0)
     flat = [i for batch in ordered for i in batch]
     assert [ls[i] for i in flat] == sorted(ls)
 
@@ -91,7 +91,7 @@ def test_state_resumes_mid_epoch_and_rolls_over():
     assert copy.state_dict() == {"epoch": 0, "position": 5}
     assert list(copy) == list(stream)  # the rest of epoch 0
     assert copy.state_dict() == sampler.state_dict() == {"epoch": 1, "position": 0}
-    assert len(list(copy)) == len(copy.batches(1)) and n == len(copy.batches(0))
+    assert len(list(copy)) == len(copy.plan(1)) and n == len(copy.plan(0))
 
 
 def test_sampler_errors():

@@ -5,12 +5,15 @@
 - Every figure is a numbered figure with a caption and a name, and the text refers to it.
 - Every labelled equation is referred to somewhere, and no text says "see above".
 - The deploy and test workflows are valid YAML with the permissions and actions they need.
+- The architecture diagrams are what their script draws (so they stay in sync with it).
 
 The rendered side (math, images, offline, launch links) is checked in tests/test_browser.py.
 """
 
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -127,3 +130,13 @@ def test_tests_workflow_runs_on_pull_requests():
     assert "pull_request" in flow["on"]
     runs = " ".join(step.get("run", "") for step in flow["jobs"]["test"]["steps"])
     assert ".venv/bin/python -m pytest" in runs, "the README's test command"
+
+
+def test_diagrams_are_drawn_by_their_script(tmp_path):
+    """The architecture diagrams in book/figures are what book/figures/diagrams.py draws now."""
+    script = ROOT / "book" / "figures" / "diagrams.py"
+    subprocess.run([sys.executable, str(script), str(tmp_path)], check=True)
+    drawn = sorted(p.name for p in tmp_path.glob("*.png"))
+    assert drawn == ["decoder_layer.png", "decoding_step.png", "transformer.png"]
+    stale = [n for n in drawn if (tmp_path / n).read_bytes() != (script.parent / n).read_bytes()]
+    assert not stale, f"re-run {script.relative_to(ROOT)}: {stale} differ from what it draws"

@@ -14,7 +14,9 @@ How it works
   but the files of the build".
 - Per page it asserts: MathJax rendered every math element (an mjx-container in each, no TeX
   error) and no raw `$$` is left in the text; every <img> loaded (naturalWidth > 0); no request
-  left the machine; no JavaScript error (console errors and uncaught exceptions).
+  left the machine; no JavaScript error (console errors and uncaught exceptions); no tool
+  marker (`#| export`, `# NBVAL_...`) shows on the page; no display math or code output is
+  wider than its box without a scrollbar.
 - The search page, `search.html?q=attention`, must list at least one hit, each linking to a
   built page.
 - Every chapter page carries launch buttons that open that very notebook on Colab and on Binder
@@ -26,10 +28,13 @@ How it works
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from urllib.parse import unquote, urlparse
+from urllib.request import urlopen
 
 import pytest
 import yaml
@@ -181,6 +186,21 @@ PAGE_STATE = """() => {
 }"""
 
 
+CLIPPED = """() => {
+  // display math and code outputs whose content is wider than their box, with no scrollbar on
+  // the box or on an ancestor inside the article: a reader would never see their right end
+  const scrolls = (el) => ["auto", "scroll"].includes(getComputedStyle(el).overflowX);
+  const boxes = document.querySelectorAll("div.math, div.cell_output pre, div.output pre");
+  return Array.from(boxes).filter((el) => {
+    if (el.scrollWidth <= el.clientWidth + 1) return false;
+    for (let box = el; box && !box.matches("article, body"); box = box.parentElement) {
+      if (scrolls(box)) return false;
+    }
+    return true;
+  }).map((el) => el.textContent.trim().replace(/\\s+/g, " ").slice(0, 70));
+}"""
+
+
 @pytest.mark.parametrize("page", toc_pages())
 def test_page_renders_offline(browser, book_html, page):
     problems = []
@@ -198,6 +218,7 @@ def test_page_renders_offline(browser, book_html, page):
         images = visit.page.evaluate(WAIT_FOR_IMAGES)
         state = visit.page.evaluate(PAGE_STATE)
         text = visit.page.inner_text("body")
+        clipped = visit.page.evaluate(CLIPPED)
         visit.screenshot(page)
     finally:
         visit.close()
@@ -210,6 +231,10 @@ def test_page_renders_offline(browser, book_html, page):
         problems.append(f"{state['texErrors']} TeX errors in the rendered math")
     if "$$" in text:
         problems.append("raw $$ in the visible text (math that was never parsed)")
+    if clipped:
+        problems.append(f"math or output cut off at the right (no scrollbar): {clipped[:5]}")
+    if markers := re.findall(r"#\| \w+|# NBVAL_\w+", text):
+        problems.append(f"tool markers on the page (book/_ext/hide_markers.py): {markers[:5]}")
     if broken := [image["src"] for image in images if image["width"] == 0]:
         problems.append(f"images that did not load: {broken}")
     if visit.blocked:
@@ -247,3 +272,82 @@ def test_launch_buttons_open_the_chapter(book_html, notebook):
     links = re.findall(r'href="([^"]+)"', (book_html / f"{notebook}.html").read_text())
     missing = [url for url in launch_urls(notebook) if url not in links]
     assert not missing, f"{notebook}: no launch button for {missing}"
+
+
+# JupyterLab: the learners' view of the same notebooks, with jupyterlab-myst rendering MyST.
+RAW_MYST = ["{doc}`", "{eq}`", "{ref}`", "{numref}`", "{cite}`", "```{", ":class: dropdown"]
+LAB_SETTINGS = {  # every cell rendered at once, and no news request
+    "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": '{"windowingMode": "none"}',
+    "@jupyterlab/apputils-extension/notification.jupyterlab-settings": '{"fetchNews": "false"}',
+}
+
+
+@pytest.fixture(scope="module")
+def jupyterlab(tmp_path_factory) -> str:
+    """A JupyterLab server on a free local port, serving the repository; yields its URL."""
+    settings = tmp_path_factory.mktemp("lab-settings")
+    for name, text in LAB_SETTINGS.items():
+        (settings / name).parent.mkdir(parents=True, exist_ok=True)
+        (settings / name).write_text(text)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    lab = Path(sys.executable).with_name("jupyter")
+    command = [str(lab), "lab", "--no-browser", "--allow-root", f"--port={port}"]
+    command += [
+        "--ServerApp.ip=127.0.0.1",
+        "--IdentityProvider.token=",
+        f"--ServerApp.root_dir={ROOT}",
+    ]
+    command += [f"--LabApp.user_settings_dir={settings}", "--LabApp.news_url=None"]
+    command += [f"--LabApp.workspaces_dir={tmp_path_factory.mktemp('lab-workspaces')}"]
+    log = tmp_path_factory.mktemp("lab-log") / "lab.log"
+    server = subprocess.Popen(command, stdout=log.open("w"), stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(300):  # up to 30 s for the server to answer
+            try:
+                urlopen(f"{url}/api/status", timeout=1)
+                break
+            except OSError:
+                if server.poll() is not None:
+                    pytest.fail(f"jupyter lab exited:\n{log.read_text()[-3000:]}")
+                time.sleep(0.1)
+        yield url
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+@pytest.mark.parametrize("notebook", ["notebooks/03_attention", "notebooks/10_transformer"])
+def test_jupyterlab_renders_the_myst_markup(browser, jupyterlab, notebook):
+    """Opened in JupyterLab, a chapter shows its roles, directives and math rendered, not raw."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    page, remote = context.new_page(), []
+    page.on(
+        "request",
+        lambda request: (
+            urlparse(request.url).hostname not in ("127.0.0.1", None) and remote.append(request.url)
+        ),
+    )
+    try:
+        page.goto(f"{jupyterlab}/lab/tree/{notebook}.ipynb", timeout=60_000)
+        # MyST typesets the math with KaTeX; once it has begun, let it finish every cell
+        page.wait_for_selector(".jp-MarkdownCell .katex", state="attached", timeout=60_000)
+        page.wait_for_timeout(3000)
+        text = page.inner_text(".jp-NotebookPanel:not(.lm-mod-hidden)")
+        maths = page.locator(".jp-MarkdownCell .katex").count()
+        images = page.evaluate(
+            "() => Array.from(document.querySelectorAll('.jp-MarkdownCell img'))"
+            ".map((img) => ({src: img.getAttribute('src'), width: img.naturalWidth}))"
+        )
+        links = page.locator(".jp-MarkdownCell a").count()
+        page.screenshot(path=str(SCREENSHOTS / f"jupyterlab-{Path(notebook).name}.png"))
+    finally:
+        context.close()
+    raw = [markup for markup in RAW_MYST if markup in text]
+    assert not raw, f"{notebook}: raw MyST markup in JupyterLab: {raw}"
+    assert maths > 0, f"{notebook}: JupyterLab rendered no math"
+    assert links > 0, f"{notebook}: no rendered links (the {{doc}} roles)"
+    assert not [image for image in images if image["width"] == 0], images
+    assert not remote, f"{notebook}: JupyterLab requests that would leave the machine: {remote}"

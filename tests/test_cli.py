@@ -3,7 +3,7 @@ import json
 import os
 import subprocess
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, fields
 
 import pytest
 
@@ -33,6 +33,7 @@ def error_of(argv: list[str], capsys) -> str:
         (["train", "--max-steps", "5", "--lr-factor", "0"], "must be > 0"),
         (["train"], "set max_steps or epochs"),
         (["train", "--max-steps", "5", "--device", "gpu"], "'gpu' is not a device"),
+        (["train", "--max-steps", "5", "--cuda-graphs"], "cuda_graphs works through torch.compile"),
         (["translate", "--checkpoint", "x", "--beam", "0"], "--beam: must be >= 1, got 0"),
         (["evaluate", "--checkpoint", "x", "--split", "dev"], "invalid choice: 'dev'"),
         (["record", "run"], "the following arguments are required: --out"),
@@ -52,8 +53,11 @@ def test_help_explains_every_flag(capsys):
     for flag in ("--src", "--tgt", "--preset", "--max-steps", "--epochs", "--seed", "--out",
                  "--resume", "--device", "--token-budget", "--warmup", "--lr-factor",
                  "--label-smoothing", "--dropout", "--clip", "--log-every", "--eval-every",
-                 "--save-every", "--keep", "--no-amp", "--compile"):  # fmt: skip
+                 "--save-every", "--keep", "--no-amp", "--compile", "--cuda-graphs"):  # fmt: skip
         assert flag in text
+    for f in fields(TrainConfig):  # a new TrainConfig field gets its flag and its help
+        flag = f"--{'no-' if f.default is True else ''}{f.name.replace('_', '-')}"
+        assert flag in text and f.metadata["help"].split()[0] in text, f.name
     assert "train" in build_parser().format_help()
 
 
@@ -87,7 +91,8 @@ def test_torchrun_two_cpu_processes_with_gloo(tmp_path):
 
 
 def test_train_command_rebuilds_the_run_flag_for_flag():
-    cfg = TrainConfig(src="de", tgt="en", epochs=3, token_budget=700, amp=False, compile=True)
+    switches = dict(amp=False, compile=True, cuda_graphs=True)  # all off their defaults
+    cfg = TrainConfig(src="de", tgt="en", epochs=3, token_budget=700, **switches)
     argv = train_command(asdict(cfg)).split()[3:]  # past "python -m transformer"
     args = build_parser().parse_args(argv)
     rebuilt = TrainConfig(**{k: v for k, v in vars(args).items() if k in asdict(cfg)})

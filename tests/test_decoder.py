@@ -4,9 +4,15 @@ from torch import nn
 from torch_reference import torch_stack
 
 from transformer.decoder import Decoder, DecoderCache, DecoderLayer
+from transformer.encoder import StackConfig
 from transformer.masks import causal_mask, cross_mask, decoder_mask, padding_mask
 
 D_MODEL, N_HEADS, D_FF, PAD = 32, 4, 64, 0
+
+
+def sizes(**changes) -> StackConfig:
+    """This file's small stack sizes, with `changes`."""
+    return StackConfig(**{"d_model": D_MODEL, "n_heads": N_HEADS, "d_ff": D_FF} | changes)
 
 
 def perturbed(module: nn.Module, seed: int = 0) -> nn.Module:
@@ -42,9 +48,9 @@ def rel_error(y: torch.Tensor, y_ref: torch.Tensor) -> float:
 @pytest.mark.parametrize("stack", [False, True])
 def test_matches_torch_decoder(norm_first, stack):
     ours = (
-        Decoder(3, D_MODEL, N_HEADS, D_FF, norm_first=norm_first)
+        Decoder(sizes(n_layers=3, norm_first=norm_first))
         if stack
-        else DecoderLayer(D_MODEL, N_HEADS, D_FF, norm_first=norm_first)
+        else DecoderLayer(sizes(norm_first=norm_first))
     )
     ours = perturbed(ours)
     ref = torch_stack(ours)
@@ -65,7 +71,7 @@ def test_matches_torch_decoder(norm_first, stack):
 
 
 # our modules in a decoder layer -> PyTorch's, written out here rather than taken from
-# torch_reference.torch_name, which the test below checks
+# transformer.reference.torch_name, which the test below checks
 LAYER_MODULES = {
     "self_attn.out_proj": "self_attn.out_proj",
     "cross_attn.out_proj": "multihead_attn.out_proj",
@@ -78,7 +84,7 @@ LAYER_MODULES = {
 
 
 def test_torch_decoder_copies_every_parameter():
-    ours = perturbed(Decoder(2, D_MODEL, N_HEADS, D_FF, norm_first=True))
+    ours = perturbed(Decoder(sizes(n_layers=2, norm_first=True)))
     theirs = dict(torch_stack(ours).named_parameters())
     pairs = {"norm.weight": "norm.weight", "norm.bias": "norm.bias"}
     for i in range(2):
@@ -95,7 +101,7 @@ def test_torch_decoder_copies_every_parameter():
 
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_future_cannot_leak(norm_first):
-    dec = perturbed(Decoder(2, D_MODEL, N_HEADS, D_FF, norm_first=norm_first))
+    dec = perturbed(Decoder(sizes(n_layers=2, norm_first=norm_first)))
     _, _, x, memory = batch()
     mask = causal_mask(7)
     with torch.no_grad():
@@ -110,7 +116,7 @@ def test_future_cannot_leak(norm_first):
 
 def test_without_causal_mask_the_future_leaks():
     """The no-leak test can fail: without the mask, earlier positions do change."""
-    dec = perturbed(Decoder(1, D_MODEL, N_HEADS, D_FF))
+    dec = perturbed(Decoder(sizes(n_layers=1)))
     _, _, x, memory = batch()
     x_new = x.clone()
     x_new[:, -1] += 1.0
@@ -119,7 +125,7 @@ def test_without_causal_mask_the_future_leaks():
 
 
 def test_target_padding_does_not_change_real_positions():
-    dec = perturbed(Decoder(2, D_MODEL, N_HEADS, D_FF))
+    dec = perturbed(Decoder(sizes(n_layers=2)))
     tgt, src, x, memory = batch()
     real = padding_mask(tgt, PAD)
     masks = (decoder_mask(tgt, PAD), cross_mask(tgt, src, PAD))
@@ -140,27 +146,27 @@ def test_target_padding_does_not_change_real_positions():
 
 
 def test_layer_without_cross_attention():
-    layer = perturbed(DecoderLayer(D_MODEL, N_HEADS, D_FF, cross_attention=False))
+    layer = perturbed(DecoderLayer(sizes(), cross_attention=False))
     assert layer.cross_attn is None and layer.cross_residual is None
     _, _, x, memory = batch()
     with torch.no_grad():
         y = layer(x, self_mask=causal_mask(7))
     assert y.shape == x.shape and torch.isfinite(y).all()
-    full = DecoderLayer(D_MODEL, N_HEADS, D_FF)
+    full = DecoderLayer(sizes())
     n = sum(p.numel() for p in full.parameters()) - sum(p.numel() for p in layer.parameters())
     assert n == 4 * D_MODEL * D_MODEL + 4 * D_MODEL + 2 * D_MODEL  # attention + its LayerNorm
     with pytest.raises(ValueError, match="one without takes none; got memory=\\(3, 9, 32\\)"):
         layer(x, memory)
     with pytest.raises(ValueError, match="needs the encoder memory.*memory=None"):
         full.double()(x)
-    stack = Decoder(2, D_MODEL, N_HEADS, D_FF, cross_attention=False)
+    stack = Decoder(sizes(n_layers=2), cross_attention=False)
     with pytest.raises(ValueError, match="needs the encoder memory"):
         stack(x.float(), memory.float())
 
 
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_cached_steps_equal_full_pass(norm_first):
-    dec = perturbed(Decoder(3, D_MODEL, N_HEADS, D_FF, norm_first=norm_first))
+    dec = perturbed(Decoder(sizes(n_layers=3, norm_first=norm_first)))
     _, src, x, memory = batch()
     x_mask = padding_mask(src, PAD)[:, None, None, :]  # (batch, 1, 1, S)
     with torch.no_grad():
@@ -181,6 +187,6 @@ def test_cached_steps_equal_full_pass(norm_first):
 
 def test_cache_from_another_decoder_is_rejected():
     cache = DecoderCache(layers=[{}, {}])
-    dec = Decoder(3, D_MODEL, N_HEADS, D_FF).eval()
+    dec = Decoder(sizes(n_layers=3)).eval()
     with pytest.raises(ValueError, match="cache holds 2 layers but this decoder has 3"):
         dec(torch.randn(1, 1, D_MODEL), torch.randn(1, 4, D_MODEL), cache=cache)

@@ -18,9 +18,8 @@ def random_model(seed: int = 0, norm_first: bool = False, max_len: int = 64) -> 
     """float64. A fresh model tends to repeat the token it reads, since its output layer is its
     target table; shrinking that table (not the source's) lets the context decide."""
     torch.manual_seed(seed)
-    config = TransformerConfig(
-        V, V, 32, 4, None, 64, 2, max_len=max_len, norm_first=norm_first, share_embeddings=False
-    )
+    sizes = dict(d_model=32, n_heads=4, d_ff=64, n_layers=2, norm_first=norm_first)
+    config = TransformerConfig(V, V, max_len=max_len, share_embeddings=False, **sizes)
     model = Transformer(config).double()
     with torch.no_grad():
         model.tgt_embed.token.embedding.weight.mul_(0.1)

@@ -3,17 +3,22 @@ import torch
 from torch import nn
 from torch_reference import torch_stack
 
-from transformer.encoder import Encoder, EncoderLayer
+from transformer.encoder import Encoder, EncoderLayer, StackConfig
 from transformer.masks import encoder_mask, padding_mask
 from transformer.normalization import LayerNorm
 
 D_MODEL, N_HEADS, D_FF, N_LAYERS, PAD = 32, 4, 64, 3, 0
 
 
+def sizes(**changes) -> StackConfig:
+    """This file's small stack sizes, with `changes`."""
+    return StackConfig(**{"d_model": D_MODEL, "n_heads": N_HEADS, "d_ff": D_FF} | changes)
+
+
 def perturbed_encoder(norm_first: bool, seed: int = 0) -> Encoder:
     """A float64 eval-mode encoder whose biases and LayerNorm parameters are not 0 and 1."""
     torch.manual_seed(seed)
-    encoder = Encoder(N_LAYERS, D_MODEL, N_HEADS, D_FF, norm_first=norm_first).double().eval()
+    encoder = Encoder(sizes(n_layers=N_LAYERS, norm_first=norm_first)).double().eval()
     with torch.no_grad():
         for p in encoder.parameters():
             if p.dim() == 1:
@@ -127,8 +132,8 @@ def test_mask_errors_are_clear():
 
 def test_norm_first_stack_has_final_layernorm():
     pre, post = (
-        Encoder(2, D_MODEL, N_HEADS, D_FF, norm_first=True),
-        Encoder(2, D_MODEL, N_HEADS, D_FF),
+        Encoder(sizes(n_layers=2, norm_first=True)),
+        Encoder(sizes(n_layers=2)),
     )
     assert isinstance(pre.norm, LayerNorm)
     assert isinstance(post.norm, nn.Identity)
@@ -142,13 +147,13 @@ def test_norm_first_stack_has_final_layernorm():
 
 
 def test_base_parameter_counts():
-    layer = EncoderLayer(512, 8, 2048)
+    layer = EncoderLayer(StackConfig())
     attention, ffn, norms = 4 * 512**2 + 4 * 512, 2 * 512 * 2048 + 2048 + 512, 4 * 512
     n = sum(p.numel() for p in layer.parameters())
     assert n == attention + ffn + norms == 3_152_384
-    stack = Encoder(6, 512, 8, 2048)
+    stack = Encoder(StackConfig())
     assert sum(p.numel() for p in stack.parameters()) == 6 * n == 18_914_304
-    pre = Encoder(6, 512, 8, 2048, norm_first=True)
+    pre = Encoder(StackConfig(norm_first=True))
     assert sum(p.numel() for p in pre.parameters()) == 6 * n + 2 * 512
     assert (
         len({id(layer.feed_forward.linear1.weight) for layer in stack.layers}) == 6

@@ -10,10 +10,11 @@ from torch_reference import torch_transformer
 
 from transformer.decoder import DecoderCache, DecoderLayer
 from transformer.embeddings import TokenEmbedding
-from transformer.encoder import EncoderLayer
+from transformer.encoder import EncoderLayer, StackConfig
 from transformer.masks import cross_mask, decoder_mask, encoder_mask
-from transformer.model import Transformer, TransformerConfig, load_word_vectors, read_glove
+from transformer.model import Transformer, TransformerConfig
 from transformer.multihead import MultiHeadAttention
+from transformer.word_vectors import load_word_vectors, read_glove
 
 V, PAD = 60, 0
 
@@ -76,10 +77,11 @@ def test_defaults_are_pytorchs():
     names |= {"d_ff": "dim_feedforward", "dropout": "dropout", "norm_first": "norm_first"}
     for ours, their_name in names.items():
         assert getattr(TransformerConfig(V, V), ours) == theirs[their_name].default, ours
+    sizes = StackConfig(d_model=32, n_heads=4, d_ff=64)  # dropout and norm_first: defaults
     pairs = [
         (MultiHeadAttention(32, 4), nn.MultiheadAttention(32, 4)),
-        (EncoderLayer(32, 4, 64), nn.TransformerEncoderLayer(32, 4, 64)),
-        (DecoderLayer(32, 4, 64), nn.TransformerDecoderLayer(32, 4, 64)),
+        (EncoderLayer(sizes), nn.TransformerEncoderLayer(32, 4, 64)),
+        (DecoderLayer(sizes), nn.TransformerDecoderLayer(32, 4, 64)),
     ]
     for ours, theirs in pairs:
         assert rates_and_eps(ours) == rates_and_eps(theirs), type(ours).__name__

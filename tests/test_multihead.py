@@ -143,6 +143,24 @@ def test_future_cannot_leak_through_causal_mask():
                 assert not torch.allclose(a[:, t + 1 :], b[:, t + 1 :])  # the test can fail
 
 
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_is_causal_flag_equals_the_causal_mask(need_weights):
+    """is_causal=True gives what the explicit lower-triangular mask gives, in both paths."""
+    ours, _ = copied_pair()
+    x = torch.randn(3, 9, D_MODEL, dtype=torch.float64)
+    causal = torch.ones(9, 9, dtype=torch.bool).tril()
+    with torch.no_grad():
+        flag = ours(x, is_causal=True, need_weights=need_weights)
+        mask = ours(x, mask=causal, need_weights=need_weights)
+        unmasked = ours(x, need_weights=need_weights)
+    flag, mask, unmasked = (t[0] if need_weights else t for t in (flag, mask, unmasked))
+    torch.testing.assert_close(flag, mask, rtol=0, atol=1e-12)
+    assert not torch.allclose(flag[:, :-1], unmasked[:, :-1])  # the flag does mask
+    if need_weights:
+        weights = ours(x, is_causal=True, need_weights=True)[1]  # (3, heads, 9, 9)
+        assert torch.equal(weights.masked_select(~causal), torch.zeros(3 * N_HEADS * 36).double())
+
+
 def test_padded_positions_do_not_change_real_outputs():
     torch.manual_seed(0)
     mha = MultiHeadAttention(D_MODEL, N_HEADS).double().eval()
@@ -212,6 +230,13 @@ def test_forward_errors():
         mha(x, mask=torch.ones(2, 7, dtype=torch.bool))
     with pytest.raises(ValueError, match=r"\(2, 2, 5, 3\)"):
         mha(x, memory=torch.randn(2, 3, 16), mask=torch.ones(2, 1, 5, 5, dtype=torch.bool))
+    for other in [
+        dict(memory=torch.randn(2, 3, 16)),
+        dict(mask=torch.ones(5, 5, dtype=torch.bool)),
+        dict(cache={}),
+    ]:
+        with pytest.raises(ValueError, match="pass it without memory, mask or cache"):
+            mha(x, is_causal=True, **other)
 
 
 def test_cache_step_by_step_equals_full_pass():

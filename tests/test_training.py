@@ -176,8 +176,10 @@ def test_config_checks():
             {"d_model": 128, "n_heads": 8, "n_layers": 2},
         )
     check_config({"a": 1}, {"a": 1})
-    with pytest.raises(ValueError, match="preset 'huge'.*both 'en'.*max_steps must be at least 1"):
+    with pytest.raises(ValueError, match="preset .huge. is not one of.*max_steps must be >= 1.*"):
         TrainConfig(preset="huge", src="en", tgt="en", max_steps=0)
+    with pytest.raises(ValueError, match="src and tgt are both 'en'"):
+        TrainConfig(src="en", tgt="en", max_steps=1)
     with pytest.raises(ValueError, match="set max_steps or epochs"):
         TrainConfig()
 

@@ -1,10 +1,7 @@
 """PyTorch's own modules holding our weights: the references of the parity tests (chapters 8-10).
 
-Our parameter names become PyTorch's with a few renames: `in_proj.weight` -> `in_proj_weight`
-(likewise the bias), `cross_attn` -> `multihead_attn`, `feed_forward.linear1/2` -> `linear1/2`,
-and the Residual wrappers' norms -> `norm1`, `norm2` (`norm3`) in sublayer order. Stack prefixes
-(`layers.i.`, `encoder.`, `decoder.`) and a pre-LN stack's final `norm` keep their names. Every
-load is strict, so a parameter that maps nowhere fails the test instead of hiding.
+Our parameter names become PyTorch's through `transformer.reference.torch_name` (chapter 8).
+Every load is strict, so a parameter that maps nowhere fails the test instead of hiding.
 """
 
 import warnings
@@ -14,19 +11,7 @@ from torch import nn
 from transformer.decoder import Decoder, DecoderLayer
 from transformer.encoder import Encoder, EncoderLayer
 from transformer.model import Transformer
-
-SUBLAYERS = {  # our Residual wrappers, in the order of PyTorch's norm1, norm2, norm3
-    "encoder": ("attn_residual", "ff_residual"),
-    "decoder": ("self_residual", "cross_residual", "ff_residual"),
-}
-
-
-def torch_name(name: str, part: str) -> str:
-    """Our parameter name -> PyTorch's, for a parameter of the encoder or decoder `part`."""
-    for i, residual in enumerate(SUBLAYERS[part], start=1):
-        name = name.replace(f"{residual}.norm.", f"norm{i}.")
-    name = name.replace("in_proj.", "in_proj_").replace("cross_attn.", "multihead_attn.")
-    return name.replace("feed_forward.", "")
+from transformer.reference import torch_name
 
 
 def sizes(layer: EncoderLayer | DecoderLayer) -> tuple[int, int, int]:

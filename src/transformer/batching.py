@@ -9,6 +9,9 @@ __all__ = [
     "load_pairs",
     "Batch",
     "collate",
+    "EpochCursor",
+    "cut_by_budget",
+    "share_evenly",
     "TokenBatchSampler",
 ]
 
@@ -113,16 +116,69 @@ def collate(
     )
 
 
+# %% ../../notebooks/11_training.ipynb #856e91c6
+class EpochCursor:
+    """Serves a source's batches epoch after epoch. Every epoch's order is a function of
+    (seed, epoch), so (epoch, position) is the whole state. Subclasses define plan(epoch), this
+    rank's batches of an epoch, and may turn each planned item into a batch with serve(item)."""
+
+    epoch: int = 0
+    position: int = 0  # batches of the current epoch already served
+
+    def plan(self, epoch: int) -> list:
+        raise NotImplementedError
+
+    def serve(self, item):
+        return item
+
+    def __iter__(self) -> Iterator:
+        """The rest of the current epoch, from `position`; the next epoch starts afterwards."""
+        plan = self.plan(self.epoch)
+        while self.position < len(plan):
+            self.position += 1
+            yield self.serve(plan[self.position - 1])
+        self.epoch, self.position = self.epoch + 1, 0
+
+    def state_dict(self) -> dict[str, int]:
+        return {"epoch": self.epoch, "position": self.position}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.epoch, self.position = int(state["epoch"]), int(state["position"])
+
+
+# %% ../../notebooks/11_training.ipynb #f254f592
+def cut_by_budget(indices: list[int], lengths: Sequence[int], token_budget: int) -> list[list[int]]:
+    """Cut `indices` into consecutive batches, each within the budget once padded (eq.
+    token-budget)."""
+    batches, current, longest = [], [], 0
+    for i in indices:
+        if current and max(longest, lengths[i]) * (len(current) + 1) > token_budget:
+            batches.append(current)
+            current, longest = [], 0
+        current.append(i)
+        longest = max(longest, lengths[i])
+    return [*batches, current]
+
+
+def share_evenly(batches: list[list[int]], world_size: int) -> list[list[int]]:
+    """Halve the largest batches until every one of `world_size` ranks can get as many."""
+    while len(batches) % world_size:
+        j = max(range(len(batches)), key=lambda k: len(batches[k]))
+        if len(batches[j]) < 2:
+            raise ValueError(f"cannot share {len(batches)} batches among {world_size} ranks")
+        half = len(batches[j]) // 2
+        batches[j : j + 1] = [batches[j][:half], batches[j][half:]]
+    return batches
+
+
 # %% ../../notebooks/11_training.ipynb #bb7c062c
-class TokenBatchSampler:
+class TokenBatchSampler(EpochCursor):
     """Batches of example indices, grouped by length, each within `token_budget` padded positions.
 
     One epoch: shuffle the examples with a generator seeded by (seed, epoch); sort each pool of
-    `pool_size` consecutive examples by length; cut the pool into batches whose padded size
-    (examples x longest) stays within the budget; shuffle the batches; deal them round-robin to
-    the `world_size` ranks, each getting as many. The order is a function of (seed, epoch), so
-    (epoch, position) is the sampler's whole state. `pool_size=1` gives random batching;
-    `shuffle=False` sorts the whole set once (for evaluation)."""
+    `pool_size` consecutive examples by length; cut the pool into batches within the budget;
+    shuffle the batches; deal them round-robin to the `world_size` ranks, each getting as many.
+    `pool_size=1` gives random batching; `shuffle=False` sorts the whole set once (evaluation)."""
 
     def __init__(
         self,
@@ -149,39 +205,10 @@ class TokenBatchSampler:
             raise ValueError(f"rank must be in [0, world_size={world_size}), got {rank}")
         if len(self.lengths) < world_size:
             raise ValueError(f"{len(self.lengths)} examples cannot feed {world_size} ranks")
-        self.token_budget, self.seed, self.shuffle, self.pool_size = (
-            token_budget,
-            seed,
-            shuffle,
-            pool_size,
-        )
-        self.rank, self.world_size = rank, world_size
-        self.epoch, self.position = 0, 0
+        self.token_budget, self.seed, self.shuffle = token_budget, seed, shuffle
+        self.pool_size, self.rank, self.world_size = pool_size, rank, world_size
 
-    def _cut(self, indices: list[int]) -> list[list[int]]:
-        """Cut `indices` into consecutive batches, each within the budget once padded."""
-        batches, current, longest = [], [], 0
-        for i in indices:
-            if current and max(longest, self.lengths[i]) * (len(current) + 1) > self.token_budget:
-                batches.append(current)
-                current, longest = [], 0
-            current.append(i)
-            longest = max(longest, self.lengths[i])
-        return [*batches, current]
-
-    def _even(self, batches: list[list[int]]) -> list[list[int]]:
-        """Halve the largest batches until every rank can get as many."""
-        while len(batches) % self.world_size:
-            j = max(range(len(batches)), key=lambda k: len(batches[k]))
-            if len(batches[j]) < 2:
-                raise ValueError(
-                    f"cannot share {len(batches)} batches among {self.world_size} ranks"
-                )
-            half = len(batches[j]) // 2
-            batches[j : j + 1] = [batches[j][:half], batches[j][half:]]
-        return batches
-
-    def batches(self, epoch: int) -> list[list[int]]:
+    def plan(self, epoch: int) -> list[list[int]]:
         """This rank's batches of `epoch`, in order."""
         order = list(range(len(self.lengths)))
         rng = random.Random(f"{self.seed}/{epoch}")
@@ -192,24 +219,10 @@ class TokenBatchSampler:
             order[start : start + pool] = sorted(
                 order[start : start + pool], key=self.lengths.__getitem__
             )
-        batches = self._cut(order)
+        batches = cut_by_budget(order, self.lengths, self.token_budget)
         if self.shuffle:
             rng.shuffle(batches)
-        return self._even(batches)[self.rank :: self.world_size]
+        return share_evenly(batches, self.world_size)[self.rank :: self.world_size]
 
     def __len__(self) -> int:  # batches of the current epoch on this rank
-        return len(self.batches(self.epoch))
-
-    def __iter__(self) -> Iterator[list[int]]:
-        """The rest of the current epoch, from `position`; the next epoch starts afterwards."""
-        batches = self.batches(self.epoch)
-        while self.position < len(batches):
-            self.position += 1
-            yield batches[self.position - 1]
-        self.epoch, self.position = self.epoch + 1, 0
-
-    def state_dict(self) -> dict[str, int]:
-        return {"epoch": self.epoch, "position": self.position}
-
-    def load_state_dict(self, state: dict[str, int]) -> None:
-        self.epoch, self.position = int(state["epoch"]), int(state["position"])
+        return len(self.plan(self.epoch))

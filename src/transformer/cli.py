@@ -4,9 +4,8 @@
 __all__ = [
     "positive_int",
     "non_negative_float",
-    "positive_float",
-    "fraction",
     "SUBCOMMANDS",
+    "number",
     "device_name",
     "add_train_parser",
     "run_train",
@@ -28,21 +27,22 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import fields
 from pathlib import Path
+from typing import get_args
 
 import torch
 
-from .data import LANGUAGES, SPLIT_SIZES
+from .data import SPLIT_SIZES
 from .devices import resolve_device
 from .evaluation import evaluate_split, load_model, translate
 from .loop import train
 from .model import Transformer
 from .results import checkpoint_paths, record_run, write_result
 from .tokenizer import Tokenizer, multi30k_tokenizer
-from .training import PRESETS, TrainConfig
+from .training import TrainConfig, bounds_problem
 
 
-def _number(kind: type, low: float, low_ok: bool, high: float | None = None) -> Callable:
-    """An argparse type: a `kind` number above `low` (or at it, if `low_ok`) and below `high`."""
+def number(kind: type, **bounds) -> Callable:
+    """An argparse type: a `kind` number within `bounds` (those of training.knob)."""
 
     def parse(text: str):
         try:
@@ -50,18 +50,16 @@ def _number(kind: type, low: float, low_ok: bool, high: float | None = None) -> 
         except ValueError:
             noun = "an integer" if kind is int else "a number"
             raise argparse.ArgumentTypeError(f"{text!r} is not {noun}") from None
-        if value < low or (value == low and not low_ok) or (high is not None and value >= high):
-            bounds = f"{'>=' if low_ok else '>'} {low}" + (f" and < {high}" if high else "")
-            raise argparse.ArgumentTypeError(f"must be {bounds}, got {text}")
+        problem = bounds_problem(value, **bounds)
+        if problem:
+            raise argparse.ArgumentTypeError(problem)
         return value
 
     return parse
 
 
-positive_int = _number(int, 1, True)
-non_negative_float = _number(float, 0, True)
-positive_float = _number(float, 0, False)
-fraction = _number(float, 0, True, 1)
+positive_int = number(int, low=1)
+non_negative_float = number(float, low=0)
 
 
 def device_name(text: str) -> str:
@@ -90,8 +88,8 @@ def _subcommand(
 
 # %% ../../notebooks/13_gpu_training.ipynb #447dac59
 def add_train_parser(commands: argparse._SubParsersAction) -> None:
-    """The `train` subcommand: every flag is a TrainConfig field of the same name."""
-    d = TrainConfig.__dataclass_fields__
+    """The `train` subcommand: one flag per TrainConfig field (--token-budget for token_budget),
+    with the field's help text, group, bounds and choices."""
     p = _subcommand(
         commands,
         "train",
@@ -101,109 +99,29 @@ def add_train_parser(commands: argparse._SubParsersAction) -> None:
         "DistributedDataParallel, one process per device. Writes OUT/metrics.jsonl and "
         "OUT/checkpoints/.",
     )
-    data = p.add_argument_group("data and model")
-    data.add_argument("--src", choices=LANGUAGES, default=d["src"].default, help="source language")
-    data.add_argument("--tgt", choices=LANGUAGES, default=d["tgt"].default, help="target language")
-    data.add_argument(
-        "--preset",
-        choices=list(PRESETS),
-        default=d["preset"].default,
-        help="model size: tiny (a CPU, seconds), small (one GPU), base (the paper's)",
-    )
-    run = p.add_argument_group("length and output")
-    run.add_argument(
-        "--max-steps",
-        type=positive_int,
-        default=argparse.SUPPRESS,
-        help="stop after this many steps in all (give this, --epochs, or both)",
-    )
-    run.add_argument(
-        "--epochs",
-        type=positive_int,
-        default=argparse.SUPPRESS,
-        help="stop after this many passes over the data",
-    )
-    run.add_argument(
-        "--seed", type=int, default=d["seed"].default, help="seed of weights, data order, dropout"
-    )
-    run.add_argument("--out", default=d["out"].default, help="output folder (metrics, checkpoints)")
-    run.add_argument(
-        "--resume", action="store_true", help="continue the run in OUT from its latest checkpoint"
-    )
-    run.add_argument(
-        "--device",
-        type=device_name,
-        default=d["device"].default,
-        help="auto (CUDA if available), cpu, cuda, cuda:1, ...",
-    )
-    opt = p.add_argument_group("batches, schedule and regularization")
-    opt.add_argument(
-        "--token-budget",
-        type=positive_int,
-        default=argparse.SUPPRESS,
-        help="padded positions per batch and process (default: the preset's)",
-    )
-    opt.add_argument(
-        "--warmup",
-        type=positive_int,
-        default=argparse.SUPPRESS,
-        help="warm-up steps of the Noam schedule (default: the preset's)",
-    )
-    opt.add_argument(
-        "--lr-factor",
-        type=positive_float,
-        default=d["lr_factor"].default,
-        help="factor of the Noam schedule",
-    )
-    opt.add_argument(
-        "--label-smoothing",
-        type=fraction,
-        default=d["label_smoothing"].default,
-        help="epsilon of label smoothing",
-    )
-    opt.add_argument(
-        "--dropout", type=fraction, default=d["dropout"].default, help="dropout probability"
-    )
-    opt.add_argument(
-        "--clip",
-        type=non_negative_float,
-        default=d["clip"].default,
-        help="maximum gradient norm (0: no clipping)",
-    )
-    opt.add_argument(
-        "--no-amp",
-        dest="amp",
-        action="store_false",
-        default=argparse.SUPPRESS,
-        help="train in float32 even where bf16 autocast is supported",
-    )
-    opt.add_argument(
-        "--compile",
-        action="store_true",
-        help="torch.compile the model (minutes to compile; pays off on a GPU)",
-    )
-    cadence = p.add_argument_group("cadences")
-    cadence.add_argument(
-        "--log-every",
-        type=positive_int,
-        default=d["log_every"].default,
-        help="steps between metrics records",
-    )
-    cadence.add_argument(
-        "--eval-every",
-        type=positive_int,
-        default=d["eval_every"].default,
-        help="steps between validation losses",
-    )
-    cadence.add_argument(
-        "--save-every",
-        type=positive_int,
-        default=d["save_every"].default,
-        help="steps between checkpoints",
-    )
-    cadence.add_argument(
-        "--keep", type=positive_int, default=d["keep"].default, help="step checkpoints to keep"
-    )
+    groups = {}
+    for f in fields(TrainConfig):
+        meta, flag = f.metadata, "--" + f.name.replace("_", "-")
+        if meta["group"] not in groups:
+            groups[meta["group"]] = p.add_argument_group(meta["group"])
+        group, options = groups[meta["group"]], dict(dest=f.name, help=meta["help"])
+        if isinstance(f.default, bool):  # a switch; one that is on by default has --no-NAME
+            if f.default:
+                flag, options["help"] = f"--no-{flag[2:]}", f"turn off: {meta['help']}"
+            action = "store_false" if f.default else "store_true"
+            group.add_argument(flag, action=action, default=argparse.SUPPRESS, **options)
+            continue
+        kind = next(t for t in get_args(f.type) or (f.type,) if t is not type(None))  # int | None
+        if f.name == "device":
+            parse = device_name
+        elif kind is str:
+            parse = str
+        else:
+            parse = number(kind, **meta["bounds"])
+        default = argparse.SUPPRESS if f.default is None else f.default  # None: TrainConfig's
+        group.add_argument(
+            flag, type=parse, choices=meta["bounds"]["choices"], default=default, **options
+        )
 
 
 def run_train(args: argparse.Namespace) -> int:
@@ -274,6 +192,7 @@ def run_translate(args: argparse.Namespace) -> int:
     return 0
 
 
+# %% ../../notebooks/13_gpu_training.ipynb #4a283b4b
 def add_evaluate_parser(commands: argparse._SubParsersAction) -> None:
     p = _subcommand(
         commands,
@@ -309,6 +228,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
+# %% ../../notebooks/13_gpu_training.ipynb #a89a06c3
 def add_record_parser(commands: argparse._SubParsersAction) -> None:
     p = _subcommand(
         commands,

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from torch import Tensor, nn
 
+from .encoder import StackConfig
 from .feed_forward import FeedForward
 from .multihead import MultiHeadAttention
 from .normalization import LayerNorm, Residual
@@ -19,26 +20,18 @@ class DecoderLayer(nn.Module):
     cross_attention=False the middle sublayer is left out: the decoder-only (GPT-style) block.
     """
 
-    def __init__(
-        self,
-        d_model: int,
-        n_heads: int,
-        d_ff: int,
-        dropout: float = 0.1,
-        d_head: int | None = None,
-        norm_first: bool = False,
-        cross_attention: bool = True,
-    ):
+    def __init__(self, config: StackConfig, cross_attention: bool = True):
         super().__init__()
-        self.self_attn = MultiHeadAttention(d_model, n_heads, d_head, dropout)
-        self.self_residual = Residual(d_model, dropout, norm_first)
+        c = config
+        self.self_attn = MultiHeadAttention(c.d_model, c.n_heads, c.d_head, c.dropout)
+        self.self_residual = Residual(c.d_model, c.dropout, c.norm_first)
         if cross_attention:
-            self.cross_attn = MultiHeadAttention(d_model, n_heads, d_head, dropout)
-            self.cross_residual = Residual(d_model, dropout, norm_first)
+            self.cross_attn = MultiHeadAttention(c.d_model, c.n_heads, c.d_head, c.dropout)
+            self.cross_residual = Residual(c.d_model, c.dropout, c.norm_first)
         else:
             self.cross_attn = self.cross_residual = None
-        self.feed_forward = FeedForward(d_model, d_ff, dropout)
-        self.ff_residual = Residual(d_model, dropout, norm_first)
+        self.feed_forward = FeedForward(c.d_model, c.d_ff, c.dropout)
+        self.ff_residual = Residual(c.d_model, c.dropout, c.norm_first)
 
     def forward(
         self,
@@ -47,11 +40,13 @@ class DecoderLayer(nn.Module):
         self_mask: Tensor | None = None,
         cross_mask: Tensor | None = None,
         cache: dict[str, dict[str, Tensor]] | None = None,
+        is_causal: bool = False,
     ) -> Tensor:  # (batch, T, d_model)
         """x (batch, T, d_model), memory (batch, S, d_model) from the encoder.
 
         self_mask (batch, 1, T, T_keys) and cross_mask (batch, 1, T, S): bool, True = may attend
-        (masks.decoder_mask and masks.cross_mask). cache: a dict kept between decoding steps.
+        (masks.decoder_mask and masks.cross_mask). is_causal=True instead of a self_mask: the causal
+        mask as a flag (chapter 5). cache: a dict kept between decoding steps.
         """
         if (memory is None) != (self.cross_attn is None):
             raise ValueError(
@@ -59,7 +54,9 @@ class DecoderLayer(nn.Module):
                 f"takes none; got memory={'None' if memory is None else tuple(memory.shape)}"
             )
         self_cache = None if cache is None else cache.setdefault("self", {})
-        x = self.self_residual(x, lambda h: self.self_attn(h, mask=self_mask, cache=self_cache))
+        x = self.self_residual(
+            x, lambda h: self.self_attn(h, mask=self_mask, cache=self_cache, is_causal=is_causal)
+        )
         if self.cross_attn is not None:
             cross_cache = None if cache is None else cache.setdefault("cross", {})
             x = self.cross_residual(
@@ -80,23 +77,12 @@ class DecoderCache:
 class Decoder(nn.Module):
     """N identical decoder layers; pre-LN stacks end with a final LayerNorm (eq. decoder-pre-ln)."""
 
-    def __init__(
-        self,
-        n_layers: int,
-        d_model: int,
-        n_heads: int,
-        d_ff: int,
-        dropout: float = 0.1,
-        d_head: int | None = None,
-        norm_first: bool = False,
-        cross_attention: bool = True,
-    ):
+    def __init__(self, config: StackConfig, cross_attention: bool = True):
         super().__init__()
         self.layers = nn.ModuleList(
-            DecoderLayer(d_model, n_heads, d_ff, dropout, d_head, norm_first, cross_attention)
-            for _ in range(n_layers)
+            DecoderLayer(config, cross_attention) for _ in range(config.n_layers)
         )
-        self.norm = LayerNorm(d_model) if norm_first else nn.Identity()
+        self.norm = LayerNorm(config.d_model) if config.norm_first else nn.Identity()
 
     def forward(
         self,
@@ -105,9 +91,10 @@ class Decoder(nn.Module):
         self_mask: Tensor | None = None,
         cross_mask: Tensor | None = None,
         cache: DecoderCache | None = None,
+        is_causal: bool = False,
     ) -> Tensor:  # (batch, T, d_model)
         """x: the embedded target (batch, T, d_model); memory: the encoder output (batch, S,
-        d_model). Masks as in DecoderLayer, shared by all layers. With a cache, x holds only the
+        d_model). Masks and is_causal as in DecoderLayer, shared by all layers. With a cache, x holds only the
         new positions and self_mask (if any) spans the kept ones too: (T_new, length + T_new).
         """
         if cache is not None:
@@ -119,7 +106,8 @@ class Decoder(nn.Module):
                     f"{len(self.layers)}; start every new batch with a fresh DecoderCache()"
                 )
         for i, layer in enumerate(self.layers):
-            x = layer(x, memory, self_mask, cross_mask, None if cache is None else cache.layers[i])
+            layer_cache = None if cache is None else cache.layers[i]
+            x = layer(x, memory, self_mask, cross_mask, layer_cache, is_causal)
         if cache is not None:
             cache.length += x.size(1)
         return self.norm(x)

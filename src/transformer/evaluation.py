@@ -67,6 +67,7 @@ def _mismatches(have: dict, want: dict, shown: int = 4) -> str:
     return "; ".join(f"{k}: {show(have, k)} vs {show(want, k)}" for k in keys[:shown]) + more
 
 
+# %% ../../notebooks/12_inference.ipynb #fea6c2d5
 def average_checkpoints(paths: Sequence[str | Path]) -> dict[str, Tensor]:
     """Eq. checkpoint-average: the mean of the model weights of checkpoints of one configuration,
     computed in float64 and returned in the checkpoints' dtype."""

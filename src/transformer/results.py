@@ -9,6 +9,8 @@ __all__ = [
     "load_results",
     "train_command",
     "checkpoint_paths",
+    "bleu_of_splits",
+    "logged_curves",
     "record_run",
 ]
 
@@ -23,7 +25,7 @@ import torch
 
 from .checkpoints import atomic_write, step_checkpoints
 from .data import load_multi30k
-from .evaluation import cross_attention_maps, evaluate_split, load_model
+from .evaluation import SplitResult, cross_attention_maps, evaluate_split, load_model
 from .tokenizer import EOS_ID, multi30k_tokenizer
 
 # the keys every results/<run>.json must have; "a.b" names a key inside a key
@@ -135,24 +137,14 @@ def checkpoint_paths(path: str | Path, average: int = 1) -> list[Path]:
     return steps[-average:]
 
 
-def record_run(
-    run_dir: str | Path,
-    command: Sequence[str],
-    average: int = 5,
-    beam_size: int = 4,
-    length_penalty: float = 0.6,
-    n_samples: int = 5,
-    device: str | torch.device = "cpu",
-    max_sentences: int | None = None,
-) -> dict:
-    """Score a finished run (train -> average the last checkpoints -> beam search -> sacreBLEU on
-    val and test_2016_flickr) and gather the record that write_result stores."""
-    paths = checkpoint_paths(run_dir, average)
-    model, ckpt = load_model(paths, device)
-    train_cfg, tokenizer = ckpt["train_config"], multi30k_tokenizer()
-    src, tgt = train_cfg["src"], train_cfg["tgt"]
+# %% ../../notebooks/13_gpu_training.ipynb #7fa5023d
+def bleu_of_splits(
+    model, tokenizer, src: str, tgt: str, beam_size: int, length_penalty: float, max_sentences
+) -> tuple[dict, SplitResult]:
+    """sacreBLEU, cased and lowercased with their signatures, on val and then test_2016_flickr;
+    and the test split's scored translations, from which the samples are taken."""
     bleu = {}
-    for split in ("val", "test_2016_flickr"):  # test last: its translations are the samples
+    for split in ("val", "test_2016_flickr"):
         scored = evaluate_split(
             model,
             tokenizer,
@@ -170,6 +162,46 @@ def record_run(
             "signature_cased": b.cased_signature,
             "signature_lc": b.lowercased_signature,
         }
+    return bleu, scored
+
+
+def logged_curves(run_dir: str | Path, last_step: int) -> tuple[dict, float]:
+    """The training and validation curves of the run's metrics.jsonl up to `last_step`, and the
+    median of its logged tokens/s."""
+    lines = (Path(run_dir) / "metrics.jsonl").read_text().splitlines()
+    logged = [r for r in map(json.loads, lines) if r["step"] <= last_step]
+    train_log = [r for r in logged if "loss" in r]
+    val_log = [r for r in logged if "val_loss" in r]
+    curves = {
+        "step": [r["step"] for r in train_log],
+        "loss": [r["loss"] for r in train_log],
+        "lr": [r["lr"] for r in train_log],
+        "val_step": [r["step"] for r in val_log],
+        "val_loss": [r["val_loss"] for r in val_log],
+    }
+    return curves, statistics.median(r["tokens_per_s"] for r in train_log)
+
+
+# %% ../../notebooks/13_gpu_training.ipynb #caa52e7d
+def record_run(
+    run_dir: str | Path,
+    command: Sequence[str],
+    average: int = 5,
+    beam_size: int = 4,
+    length_penalty: float = 0.6,
+    n_samples: int = 5,
+    device: str | torch.device = "cpu",
+    max_sentences: int | None = None,
+) -> dict:
+    """Score a finished run (train -> average the last checkpoints -> beam search -> sacreBLEU on
+    val and test_2016_flickr) and gather the record that write_result stores."""
+    paths = checkpoint_paths(run_dir, average)
+    model, ckpt = load_model(paths, device)
+    train_cfg, tokenizer = ckpt["train_config"], multi30k_tokenizer()
+    src, tgt = train_cfg["src"], train_cfg["tgt"]
+    bleu, scored = bleu_of_splits(
+        model, tokenizer, src, tgt, beam_size, length_penalty, max_sentences
+    )
     sources = [s for s, _ in load_multi30k("test_2016_flickr", src, tgt)[:n_samples]]
     samples = [
         {"source": s, "reference": r, "hypothesis": h}
@@ -178,10 +210,7 @@ def record_run(
     src_ids, out_ids = tokenizer.encode(sources[0]), tokenizer.encode(samples[0]["hypothesis"])
     out_ids = [*out_ids, EOS_ID]
     maps = cross_attention_maps(model, src_ids, out_ids)  # (n_layers, n_heads, T, S)
-    lines = (Path(run_dir) / "metrics.jsonl").read_text().splitlines()
-    logged = [json.loads(line) for line in lines]
-    train_log = [r for r in logged if "loss" in r and r["step"] <= ckpt["step"]]
-    val_log = [r for r in logged if "val_loss" in r and r["step"] <= ckpt["step"]]
+    curves, tokens_per_s = logged_curves(run_dir, ckpt["step"])
     return {
         "direction": f"{src}-{tgt}",
         "device": ckpt["device"],  # where it trained
@@ -199,15 +228,9 @@ def record_run(
         "steps": ckpt["step"],
         "parameters": sum(p.numel() for p in model.parameters()),
         "train_wall_seconds": round(ckpt["wall_s"], 1),  # start to the last averaged checkpoint
-        "tokens_per_s": round(statistics.median(r["tokens_per_s"] for r in train_log), 1),
+        "tokens_per_s": round(tokens_per_s, 1),
         "bleu": bleu,
-        "curves": {
-            "step": [r["step"] for r in train_log],
-            "loss": [r["loss"] for r in train_log],
-            "lr": [r["lr"] for r in train_log],
-            "val_step": [r["step"] for r in val_log],
-            "val_loss": [r["val_loss"] for r in val_log],
-        },
+        "curves": curves,
         "samples": samples,
         "attention": {
             "source": tokenizer.sp.id_to_piece(src_ids),

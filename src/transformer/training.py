@@ -9,11 +9,13 @@ __all__ = [
     "train_step",
     "evaluate_loss",
     "Preset",
+    "knob",
+    "bounds_problem",
     "TrainConfig",
 ]
 
 # %% ../../notebooks/11_training.ipynb #cdca49e2
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from typing import NamedTuple
 
 import torch
@@ -142,56 +144,83 @@ PRESETS = {
 
 
 # %% ../../notebooks/11_training.ipynb #d7f05d44
+def knob(default, help: str, group: str, low=None, low_ok=True, high=None, choices=None):
+    """A TrainConfig field. Its help text, group, bounds (low, or [low, high)) and choices both
+    check the value and make the field's command-line flag (chapter 13)."""
+    bounds = dict(low=low, low_ok=low_ok, high=high, choices=choices)
+    return field(default=default, metadata=dict(help=help, group=group, bounds=bounds))
+
+
+def bounds_problem(value, low=None, low_ok=True, high=None, choices=None) -> str | None:
+    """What is wrong with `value` under a knob's bounds and choices, or None."""
+    if choices is not None and value not in choices:
+        return f"{value!r} is not one of {', '.join(choices)}"
+    if value is None or low is None:
+        return None
+    if value < low or (value == low and not low_ok) or (high is not None and value >= high):
+        bounds = f"{'>=' if low_ok else '>'} {low}" + (f" and < {high}" if high else "")
+        return f"must be {bounds}, got {value}"
+    return None
+
+
+_DATA, _LENGTH = "data and model", "length and output"
+_OPT, _CADENCE = "batches, schedule and regularization", "cadences"
+
+
+# %% ../../notebooks/11_training.ipynb #849074c3
 @dataclass
 class TrainConfig:
     """Every knob of a training run. None means the preset's value."""
 
-    src: str = "en"
-    tgt: str = "de"
-    preset: str = "tiny"
-    max_steps: int | None = None  # stop after this many optimizer steps (in all), or
-    epochs: int | None = None  # after this many passes over the data, whichever comes first
-    seed: int = 0
-    out: str = "runs/train"
-    resume: bool = False
-    device: str = "auto"  # "auto": CUDA when available, else the CPU
-    token_budget: int | None = None  # padded positions per batch and per rank
-    warmup: int | None = None
-    lr_factor: float = 1.0
-    label_smoothing: float = 0.1
-    dropout: float = 0.1
-    clip: float = 1.0  # maximum gradient norm; 0 turns clipping off
-    log_every: int = 10
-    eval_every: int = 500
-    save_every: int = 500
-    keep: int = 5  # step checkpoints kept (chapter 12 averages them), besides latest.pt
-    amp: bool = True  # bf16 autocast where the device supports it
-    compile: bool = False  # torch.compile the model for training (pays off on a GPU; chapter 13)
+    src: str = knob("en", "source language", _DATA, choices=LANGUAGES)
+    tgt: str = knob("de", "target language", _DATA, choices=LANGUAGES)
+    preset: str = knob(
+        "tiny",
+        "model size: tiny (a CPU), small (one GPU), base (the paper's)",
+        _DATA,
+        choices=tuple(PRESETS),
+    )
+    max_steps: int | None = knob(
+        None, "stop after this many steps (or epochs, whichever first)", _LENGTH, low=1
+    )
+    epochs: int | None = knob(None, "stop after this many passes over the data", _LENGTH, low=1)
+    seed: int = knob(0, "seed of weights, data order, dropout", _LENGTH)
+    out: str = knob("runs/train", "output folder (metrics, checkpoints)", _LENGTH)
+    resume: bool = knob(
+        False, "continue the run in its output folder from its latest checkpoint", _LENGTH
+    )
+    device: str = knob("auto", "auto (CUDA if available), cpu, cuda, cuda:1, ...", _LENGTH)
+    token_budget: int | None = knob(
+        None, "padded positions per batch and process (default: the preset's)", _OPT, low=1
+    )
+    warmup: int | None = knob(
+        None, "warm-up steps of the Noam schedule (default: the preset's)", _OPT, low=1
+    )
+    lr_factor: float = knob(1.0, "factor of the Noam schedule", _OPT, low=0, low_ok=False)
+    label_smoothing: float = knob(0.1, "epsilon of label smoothing", _OPT, low=0, high=1)
+    dropout: float = knob(0.1, "dropout probability", _OPT, low=0, high=1)
+    clip: float = knob(1.0, "maximum gradient norm (0: no clipping)", _OPT, low=0)
+    amp: bool = knob(True, "bf16 autocast where the device supports it", _OPT)
+    compile: bool = knob(False, "torch.compile the model (pays off on a GPU; chapter 13)", _OPT)
+    cuda_graphs: bool = knob(False, "with compile: replay each step as a CUDA graph", _OPT)
+    log_every: int = knob(10, "steps between metrics records", _CADENCE, low=1)
+    eval_every: int = knob(500, "steps between validation losses", _CADENCE, low=1)
+    save_every: int = knob(500, "steps between checkpoints", _CADENCE, low=1)
+    keep: int = knob(
+        5, "step checkpoints kept besides latest.pt (chapter 12 averages them)", _CADENCE, low=1
+    )
 
     def __post_init__(self):
         problems = []
-        if self.preset not in PRESETS:
-            problems.append(f"preset {self.preset!r} is not one of {', '.join(PRESETS)}")
-        for lang in (self.src, self.tgt):
-            if lang not in LANGUAGES:
-                problems.append(f"language {lang!r} is not one of {', '.join(LANGUAGES)}")
+        for f in fields(self):
+            problem = bounds_problem(getattr(self, f.name), **f.metadata["bounds"])
+            if problem:
+                problems.append(f"{f.name} {problem}")
         if self.src == self.tgt:
             problems.append(f"src and tgt are both {self.src!r}; pick two languages")
         if self.max_steps is None and self.epochs is None:
             problems.append("set max_steps or epochs (or both)")
-        for name in ("max_steps", "epochs", "token_budget", "warmup"):
-            value = getattr(self, name)
-            if value is not None and value < 1:
-                problems.append(f"{name} must be at least 1, got {value}")
-        for name in ("log_every", "eval_every", "save_every", "keep"):
-            if getattr(self, name) < 1:
-                problems.append(f"{name} must be at least 1, got {getattr(self, name)}")
-        if self.lr_factor <= 0 or self.clip < 0:
-            problems.append(
-                f"lr_factor must be > 0 and clip >= 0, got {self.lr_factor}, {self.clip}"
-            )
-        for name in ("label_smoothing", "dropout"):
-            if not 0 <= getattr(self, name) < 1:
-                problems.append(f"{name} must be in [0, 1), got {getattr(self, name)}")
+        if self.cuda_graphs and not self.compile:
+            problems.append("cuda_graphs works through torch.compile; set compile too")
         if problems:
             raise ValueError("invalid TrainConfig: " + "; ".join(problems))

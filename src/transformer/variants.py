@@ -21,10 +21,11 @@ import torch
 from torch import Tensor, nn
 
 from .decoder import Decoder, DecoderCache
+from .decoding import evaluating
 from .embeddings import TransformerEmbedding
 from .encoder import Encoder
-from .masks import causal_mask, decoder_mask, encoder_mask
-from .model import TransformerConfig
+from .masks import causal_mask, encoder_mask
+from .model import TransformerConfig, check_input_ids, xavier_init
 from .normalization import LayerNorm
 from .tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from .training import label_smoothed_loss
@@ -45,20 +46,8 @@ def _vocab_size(config: TransformerConfig) -> int:
     return config.tgt_vocab_size
 
 
-def _stack_args(c: TransformerConfig) -> tuple:
-    """The positional arguments of Encoder and Decoder, as chapter 10's Transformer passes them."""
-    return (c.n_layers, c.d_model, c.n_heads, c.d_ff, c.dropout, c.d_head, c.norm_first)
-
-
 def _positive_int(value) -> bool:
     return type(value) is int and value > 0
-
-
-def _init_stack(stack: nn.Module) -> None:
-    """Xavier-uniform on every matrix of a stack, as chapter 10's Transformer does."""
-    for p in stack.parameters():
-        if p.dim() > 1:
-            nn.init.xavier_uniform_(p)
 
 
 # %% ../../notebooks/14_beyond.ipynb #ba7a7e68
@@ -79,12 +68,12 @@ class MaskedLM(nn.Module):
         c = self.config = config
         self.vocab_size = self.mask_id = _vocab_size(c)  # [MASK] is the extra row
         self.embed = TransformerEmbedding(self.vocab_size + 1, c.d_model, c.max_len, c.dropout)
-        self.encoder = Encoder(*_stack_args(c))
+        self.encoder = Encoder(c)  # chapter 8, sized by the config
         self.transform = nn.Sequential(
             nn.Linear(c.d_model, c.d_model), nn.GELU(), LayerNorm(c.d_model)
         )
         self.bias = nn.Parameter(torch.zeros(self.vocab_size))  # c of eq. mlm-head
-        _init_stack(self.encoder)
+        xavier_init(self.encoder)
 
     def encode(self, ids: Tensor) -> Tensor:  # (batch, S) -> (batch, S, d_model)
         """Every real position attends to every real position: the padding-only mask."""
@@ -147,18 +136,19 @@ class CausalLM(nn.Module):
         c = self.config = config
         self.vocab_size = _vocab_size(c)
         self.embed = TransformerEmbedding(self.vocab_size, c.d_model, c.max_len, c.dropout)
-        self.decoder = Decoder(*_stack_args(c), cross_attention=False)
-        _init_stack(self.decoder)
+        self.decoder = Decoder(c, cross_attention=False)  # chapter 9
+        xavier_init(self.decoder)
 
     def forward(self, ids: Tensor, cache: DecoderCache | None = None) -> Tensor:
         """ids (batch, T) -> next-token logits (batch, T, vocab_size). With a cache, ids holds
         only the new positions; they see all kept ones, and each other causally."""
         start = 0 if cache is None else cache.length
-        if cache is None:
-            mask = decoder_mask(ids, self.config.pad_id)  # (batch, 1, T, T)
-        else:
-            mask = causal_mask(ids.size(1), ids.device, start)  # (T_new, T_all)
-        h = self.decoder(self.embed(ids, start), self_mask=mask, cache=cache)
+        check_input_ids("token", ids, self.vocab_size, self.config.max_len, start)
+        # all positions at once: the causal flag (chapter 5); step by step: the new positions
+        # see every kept one, and each other causally
+        mask = None if cache is None else causal_mask(ids.size(1), ids.device, start)
+        y = self.embed(ids, start)  # (batch, T, d_model)
+        h = self.decoder(y, self_mask=mask, cache=cache, is_causal=cache is None)
         return h @ self.embed.token.embedding.weight.T  # tied: (batch, T, vocab_size)
 
 
@@ -195,7 +185,7 @@ def sample_token(
     return torch.multinomial(logits.softmax(dim=-1), 1, generator=generator).squeeze(1)
 
 
-@torch.no_grad()
+# %% ../../notebooks/14_beyond.ipynb #ce6afe0f
 def generate(
     model: CausalLM,
     prompt: Tensor,
@@ -234,28 +224,25 @@ def generate(
             + (f" or ask for at most {room} new tokens" if room > 0 else "")
         )
     _check_sampling(temperature, top_k)
-    was_training = model.training
-    model.eval()
-    ids, new, cache = prompt, prompt, DecoderCache() if use_cache else None
-    done = torch.zeros(prompt.size(0), dtype=torch.bool, device=prompt.device)  # (batch,)
-    for _ in range(max_new_tokens):
-        logits = model(new if use_cache else ids, cache)[:, -1]  # (batch, vocab_size)
-        logits[:, model.config.pad_id] = float("-inf")  # padding is never a next token
-        if sample:
-            pick = sample_token(logits, temperature, top_k, generator)
-        else:
-            pick = logits.argmax(dim=-1)  # (batch,)
-        pick = pick.masked_fill(done, model.config.pad_id)
-        ids, new = torch.cat([ids, pick[:, None]], dim=1), pick[:, None]
-        done |= pick == eos_id
-        if done.all():
-            break
-    model.train(was_training)
+    with evaluating(model):  # chapter 12: dropout off, no autograd, mode restored
+        ids, new, cache = prompt, prompt, DecoderCache() if use_cache else None
+        done = torch.zeros(prompt.size(0), dtype=torch.bool, device=prompt.device)  # (batch,)
+        for _ in range(max_new_tokens):
+            logits = model(new if use_cache else ids, cache)[:, -1]  # (batch, vocab_size)
+            logits[:, model.config.pad_id] = float("-inf")  # padding is never a next token
+            if sample:
+                pick = sample_token(logits, temperature, top_k, generator)
+            else:
+                pick = logits.argmax(dim=-1)  # (batch,)
+            pick = pick.masked_fill(done, model.config.pad_id)
+            ids, new = torch.cat([ids, pick[:, None]], dim=1), pick[:, None]
+            done |= pick == eos_id
+            if done.all():
+                break
     return ids
 
 
 # %% ../../notebooks/14_beyond.ipynb #fadd90c0
-@torch.no_grad()
 def fill_mask(model: MaskedLM, ids: Tensor, k: int = 5) -> tuple[Tensor, Tensor]:
     """Top-k probabilities and ids, (n_masks, k) each, for every mask_id in ids (batch, S),
     in reading order. Runs in eval mode."""
@@ -267,8 +254,6 @@ def fill_mask(model: MaskedLM, ids: Tensor, k: int = 5) -> tuple[Tensor, Tensor]
         )
     if not _positive_int(k) or k > model.vocab_size:
         raise ValueError(f"k must be an integer in [1, {model.vocab_size}], got {k!r}")
-    was_training = model.training
-    model.eval()
-    probs = model(ids)[masked].softmax(dim=-1)  # (n_masks, vocab_size)
-    model.train(was_training)
+    with evaluating(model):  # chapter 12: dropout off, no autograd, mode restored
+        probs = model(ids)[masked].softmax(dim=-1)  # (n_masks, vocab_size)
     return probs.topk(k, dim=-1)
