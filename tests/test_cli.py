@@ -6,10 +6,12 @@ import sys
 from dataclasses import asdict, fields
 
 import pytest
+import torch
 
 from transformer import evaluation
 from transformer.cli import build_parser, main
 from transformer.results import load_results, missing_keys, train_command
+from transformer.search import read_grid, read_trials
 from transformer.training import TrainConfig
 
 
@@ -31,7 +33,11 @@ def error_of(argv: list[str], capsys) -> str:
         (["train", "--max-steps", "5", "--tgt", "ja"], "invalid choice: 'ja'"),
         (["train", "--max-steps", "5", "--label-smoothing", "1.5"], "must be >= 0 and < 1"),
         (["train", "--max-steps", "5", "--lr-factor", "0"], "must be > 0"),
-        (["train"], "set max_steps or epochs"),
+        (["train"], "set max_steps, epochs or max_seconds"),
+        (["train", "--max-seconds", "0"], "--max-seconds: must be > 0, got 0.0"),
+        (["train", "--epochs", "1", "--attention-dropout", "1"], "must be >= 0 and < 1"),
+        (["train", "--epochs", "1", "--vocab-size", "10"], "--vocab-size: must be >= 100"),
+        (["search"], "the following arguments are required: grid, --out"),
         (["train", "--max-steps", "5", "--device", "gpu"], "'gpu' is not a device"),
         (["train", "--max-steps", "5", "--cuda-graphs"], "cuda_graphs works through torch.compile"),
         (["translate", "--checkpoint", "x", "--beam", "0"], "--beam: must be >= 1, got 0"),
@@ -92,7 +98,12 @@ def test_torchrun_two_cpu_processes_with_gloo(tmp_path):
 
 def test_train_command_rebuilds_the_run_flag_for_flag():
     switches = dict(amp=False, compile=True, cuda_graphs=True)  # all off their defaults
-    cfg = TrainConfig(src="de", tgt="en", epochs=3, token_budget=700, **switches)
+    sizes = dict(d_model=96, n_heads=3, d_ff=200, n_layers=5, vocab_size=4000)
+    dropouts = dict(dropout=0.3, attention_dropout=0.0, activation_dropout=0.15)
+    cfg = TrainConfig(
+        src="de", tgt="en", epochs=3, max_seconds=110.5, token_budget=700, **switches, **sizes
+    )
+    cfg = TrainConfig(**asdict(cfg) | dropouts)
     argv = train_command(asdict(cfg)).split()[3:]  # past "python -m transformer"
     args = build_parser().parse_args(argv)
     rebuilt = TrainConfig(**{k: v for k, v in vars(args).items() if k in asdict(cfg)})
@@ -158,7 +169,16 @@ def test_record_writes_a_complete_result(tiny_run, tmp_path, capsys, beam_alphas
     assert result["curves"]["val_step"] == [10]
     assert result["command"].startswith("python -m transformer train --src en --tgt de")
     assert "&& python -m transformer record" in result["command"]
-    assert len(result["attention"]["last_layer"]) == 4  # the tiny preset's heads
+    assert len(result["samples"]) == 8  # ten asked for, but only eight sentences were scored
+    assert [a["source"][:3] for a in result["attention"]] == [
+        ["▁A", "▁guy", "▁works"],
+        ["▁A", "▁little", "▁girl"],
+    ]
+    for a in result["attention"]:  # the tiny preset: 2 layers of 4 heads
+        S, T = len(a["source"]), len(a["output"])
+        assert torch.tensor(a["encoder"]).shape == (2, 4, S, S)
+        assert torch.tensor(a["decoder"]).shape == (2, 4, T, T)
+        assert torch.tensor(a["cross"]).shape == (2, 4, T, S)
 
 
 def test_record_refuses_too_few_checkpoints_and_bad_results(tiny_run, tmp_path, capsys):
@@ -167,3 +187,85 @@ def test_record_refuses_too_few_checkpoints_and_bad_results(tiny_run, tmp_path, 
     (tmp_path / "bad.json").write_text(json.dumps({"direction": "en-de"}))
     with pytest.raises(ValueError, match="bad.json is not a recorded run: it lacks device"):
         load_results(tmp_path)
+
+
+def test_torchrun_ranks_stop_together_at_max_seconds(tmp_path):
+    """Rank 0's clock decides: both processes stop at the first log point past max_seconds
+    (here the first, as loading alone takes longer than 0.5 s) and rank 0 saves."""
+    out = tmp_path / "ddp-boxed"
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+    command += ["-m", "transformer", "train", "--preset", "tiny", "--max-steps", "1000"]
+    command += ["--max-seconds", "0.5", "--device", "cpu", "--token-budget", "300"]
+    command += ["--log-every", "3", "--out", str(out)]
+    env = os.environ | {"TQDM_DISABLE": "1", "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    summaries = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    assert len(summaries) == 1 and summaries[0]["step"] == 3 and summaries[0]["wall_s"] >= 0.5
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == [
+        "latest.pt",
+        "step_0000003.pt",
+    ]
+
+
+def write_grid(path, trials: dict, decoding: list[dict], **base) -> str:
+    base = {"preset": "tiny", "max_steps": 4, "save_every": 2, "eval_every": 4} | base
+    path.write_text(json.dumps({"base": base, "trials": trials, "decoding": decoding}))
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    ("grid", "message"),
+    [
+        ({"trials": {"a": {"lr": 1}}}, "trial 'a': .*unexpected keyword argument 'lr'"),
+        ({"trials": {"b": {"dropout": 2}}}, "trial 'b': invalid TrainConfig: dropout must be"),
+        ({"trials": {}, "decoding": [{"beam": 0}]}, "a decoding has average >= 1, beam >= 1"),
+        ({"trials": {}, "decoding": [{"width": 4}]}, "a decoding has average >= 1"),
+        ({"trial": {}}, "a grid is an object with trials"),
+    ],
+)
+def test_a_bad_grid_is_refused_before_anything_trains(tmp_path, grid, message):
+    path = tmp_path / "grid.json"
+    path.write_text(json.dumps({"base": {"max_steps": 4}} | grid))
+    with pytest.raises(ValueError, match=message):
+        read_grid(path, tmp_path / "runs")
+
+
+def test_the_gpu_grids_are_valid(tmp_path):
+    for path in ["benchmarks/grids/search.json", "benchmarks/grids/toy.json"]:
+        configs, changes, decodings = read_grid(path, tmp_path)
+        assert configs and set(configs) == set(changes) and decodings
+
+
+def test_search_records_every_trial_and_resumes(tmp_path, capsys):
+    grid = write_grid(
+        tmp_path / "grid.json",
+        trials={
+            "tiny": {},
+            "one-layer-1k": {"n_layers": 1, "vocab_size": 1000},
+            "bad": {"token_budget": 5},
+        },
+        decoding=[{"average": 2, "beam": 1}, {"average": 3}],
+    )
+    out, runs = tmp_path / "trials.jsonl", tmp_path / "runs"
+    argv = ["search", grid, "--out", str(out), "--runs", str(runs), "--max-sentences", "4"]
+    assert main(argv) == 0
+    trials = read_trials(out)
+    assert [(t["trial"], "failed" in t) for t in trials] == [
+        ("tiny", False),
+        ("tiny", True),  # three checkpoints to average, two kept
+        ("one-layer-1k", False),
+        ("one-layer-1k", True),
+        ("bad", True),
+    ]
+    tiny, _, small, _, bad = trials
+    assert tiny["val"]["signature_lc"].startswith("nrefs:1|case:lc")
+    assert tiny["steps"] == 4 and tiny["decoding"] == {"average": 2, "beam": 1, "alpha": 0.6}
+    assert 0 < tiny["train_wall_seconds"] <= tiny["process_seconds"]
+    assert small["model"]["n_layers"] == 1 and small["model"]["src_vocab_size"] == 1000
+    assert small["changes"] == {"n_layers": 1, "vocab_size": 1000}
+    assert "token_budget=5 is below the longest padded example" in bad["failed"]
+    assert tiny["command"].startswith("python -m transformer search") and "commit" in tiny
+    assert "fewer than the 3 to average" in capsys.readouterr().out
+    assert main(argv) == 0  # every trial is in the file: nothing runs again
+    assert read_trials(out) == trials

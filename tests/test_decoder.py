@@ -190,3 +190,11 @@ def test_cache_from_another_decoder_is_rejected():
     dec = Decoder(sizes(n_layers=3)).eval()
     with pytest.raises(ValueError, match="cache holds 2 layers but this decoder has 3"):
         dec(torch.randn(1, 1, D_MODEL), torch.randn(1, 4, D_MODEL), cache=cache)
+
+
+def test_the_decoder_layers_take_the_three_dropouts():
+    c = StackConfig(dropout=0.3, attention_dropout=0.05, activation_dropout=0.2)
+    layer = DecoderLayer(c)
+    assert layer.self_attn.dropout == layer.cross_attn.dropout == 0.05
+    assert layer.feed_forward.dropout.p == 0.2
+    assert layer.self_residual.dropout.p == layer.ff_residual.dropout.p == 0.3

@@ -158,3 +158,14 @@ def test_base_parameter_counts():
     assert (
         len({id(layer.feed_forward.linear1.weight) for layer in stack.layers}) == 6
     )  # own weights
+
+
+def test_the_three_dropouts_reach_their_modules():
+    assert StackConfig(dropout=0.3).attention_dropout == 0.3  # unset: the dropout
+    c = StackConfig(dropout=0.3, attention_dropout=0.0, activation_dropout=0.2)
+    layer = EncoderLayer(c)
+    assert layer.self_attn.dropout == 0.0  # on the attention weights
+    assert layer.feed_forward.dropout.p == 0.2  # on the hidden layer
+    assert layer.attn_residual.dropout.p == layer.ff_residual.dropout.p == 0.3  # on the outputs
+    with pytest.raises(ValueError, match="activation_dropout must lie in"):
+        StackConfig(activation_dropout=1.0)

@@ -9,16 +9,16 @@ from transformer import evaluation
 from transformer.checkpoints import save_checkpoint
 from transformer.data import load_multi30k
 from transformer.evaluation import (
+    attention_maps,
     attention_weights,
     average_checkpoints,
     corpus_bleu,
-    cross_attention_maps,
     evaluate_split,
     load_model,
     translate,
 )
 from transformer.model import Transformer, TransformerConfig
-from transformer.tokenizer import multi30k_tokenizer
+from transformer.tokenizer import BOS_ID, multi30k_tokenizer
 
 
 def small_config(vocab: int = 40, **changes) -> TransformerConfig:
@@ -227,6 +227,32 @@ def test_attention_weights_leave_outputs_unchanged():
     assert torch.allclose(weights.sum(-1), torch.ones(2, 2, 4))
     assert (weights[1, :, :, 3:] == 0).all()
     assert all(not layer._forward_hooks and not layer._forward_pre_hooks for layer in layers)
-    by_ids = cross_attention_maps(model, src[0].tolist(), tgt[0, 1:].tolist() + [3])
-    assert by_ids.shape == (2, 2, 4, 6)
-    assert torch.allclose(by_ids.sum(-1), torch.ones(2, 2, 4))
+
+
+def test_attention_maps_are_the_layers_attention_by_hand():
+    torch.manual_seed(0)
+    model = Transformer(small_config(n_layers=2)).double().eval()
+    src_ids, out_ids = [5, 9, 7, 11, 6], [8, 12, 3]
+    maps = attention_maps(model, src_ids, out_ids)
+    assert maps["encoder"].shape == (2, 2, 5, 5)
+    assert maps["decoder"].shape == (2, 2, 3, 3)
+    assert maps["cross"].shape == (2, 2, 3, 5)
+    for m in maps.values():
+        assert torch.allclose(m.sum(-1), torch.ones(m.shape[:-1], dtype=m.dtype))
+    assert (maps["decoder"].triu(1) == 0).all()  # no output piece reads a later one
+
+    def by_hand(attn, x, causal):  # eq. attention: softmax(Q K^T / sqrt(d_head)) per head
+        q, k, _ = attn.in_proj(x).split(attn.inner, dim=-1)  # (1, L, inner) each
+        q, k = (t.view(1, -1, attn.n_heads, attn.d_head).transpose(1, 2) for t in (q, k))
+        scores = q @ k.transpose(-2, -1) / attn.d_head**0.5  # (1, h, L, L)
+        if causal:
+            scores = scores.masked_fill(torch.ones_like(scores).triu(1).bool(), float("-inf"))
+        return scores.softmax(-1)[0]  # (h, L, L)
+
+    with torch.no_grad():  # layer 1 of each stack reads the embeddings (post-LN)
+        src = model.src_embed(torch.tensor([src_ids]))
+        tgt = model.tgt_embed(torch.tensor([[BOS_ID, *out_ids[:-1]]]))
+        encoder = by_hand(model.encoder.layers[0].self_attn, src, causal=False)
+        decoder = by_hand(model.decoder.layers[0].self_attn, tgt, causal=True)
+    assert torch.allclose(maps["encoder"][0], encoder, atol=1e-12)
+    assert torch.allclose(maps["decoder"][0], decoder, atol=1e-12)

@@ -19,6 +19,7 @@ from transformer.loop import train
 from transformer.model import Transformer, TransformerConfig
 from transformer.tokenizer import PAD_ID
 from transformer.training import (
+    PRESETS,
     TrainConfig,
     evaluate_loss,
     label_smoothed_loss,
@@ -180,8 +181,17 @@ def test_config_checks():
         TrainConfig(preset="huge", src="en", tgt="en", max_steps=0)
     with pytest.raises(ValueError, match="src and tgt are both 'en'"):
         TrainConfig(src="en", tgt="en", max_steps=1)
-    with pytest.raises(ValueError, match="set max_steps or epochs"):
+    with pytest.raises(ValueError, match="set max_steps, epochs or max_seconds"):
         TrainConfig()
+    with pytest.raises(ValueError, match="max_seconds must be > 0.*attention_dropout must be"):
+        TrainConfig(max_seconds=0, attention_dropout=1.0)
+
+
+def test_model_sizes_are_the_presets_with_the_fields_set():
+    small = PRESETS["small"].model
+    assert TrainConfig(preset="small", epochs=1).model_sizes() == small
+    four = TrainConfig(preset="small", epochs=1, n_layers=4, d_ff=512).model_sizes()
+    assert four == small | {"n_layers": 4, "d_ff": 512}
 
 
 def tiny(tmp_path, name: str, **kw) -> TrainConfig:
@@ -286,6 +296,35 @@ def test_the_loop_reads_device_values_only_at_log_points(tmp_path):
     # building the batches checks the ids once per bucket; nothing else, whatever the step count
     loop = {k: v for k, v in per_site.items() if not k.startswith("check_token_ids")}
     assert loop == {"read: tolist": 2, "evaluate_loss: tolist": 1}, per_site
+
+
+def fake_clock(monkeypatch, seconds_per_step: float) -> None:
+    """loop's time.perf_counter advances by `seconds_per_step` at each train_step, else not."""
+    now, real_step = [0.0], loop.train_step
+
+    def step(*args, **kwargs):
+        now[0] += seconds_per_step
+        return real_step(*args, **kwargs)
+
+    monkeypatch.setattr(loop.time, "perf_counter", lambda: now[0])
+    monkeypatch.setattr(loop, "train_step", step)
+
+
+def test_max_seconds_stops_at_the_first_log_point_past_it(tmp_path, monkeypatch):
+    fake_clock(monkeypatch, 0.5)
+    cfg = tiny(tmp_path, "boxed", max_steps=1000, max_seconds=3.2, log_every=2, save_every=1000)
+    summary = train(cfg)
+    assert summary["step"] == 8 and summary["wall_s"] == 4.0  # 3.0 s at step 6, 4.0 s at 8
+    assert [r["step"] for r in records(cfg)] == [2, 4, 6, 8]
+    assert "val_loss" in records(cfg)[-1]  # the end of a run: validated and saved
+    assert load_checkpoint(f"{cfg.out}/checkpoints/latest.pt")["step"] == 8
+
+
+def test_the_wall_clock_counts_from_the_process_start_given(tmp_path, monkeypatch):
+    fake_clock(monkeypatch, 0.5)
+    cfg = tiny(tmp_path, "late", max_steps=1000, max_seconds=50, log_every=2, save_every=1000)
+    summary = train(cfg, started=-100.0)  # the process started 100 s before the clock's 0
+    assert summary["step"] == 2 and summary["wall_s"] == 101.0
 
 
 def test_tokens_per_second_counts_the_steps_of_the_window_only(tmp_path, monkeypatch):

@@ -1,8 +1,11 @@
 """`python -m transformer ...`: the command line, defined in transformer.cli (chapter 13)."""
 
 import sys
+import time
 
-from transformer.cli import main
+STARTED = time.perf_counter()  # before torch is imported: a run's wall time counts from here
+
+from transformer.cli import main  # noqa: E402
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(started=STARTED))

@@ -15,6 +15,8 @@ __all__ = [
     "run_evaluate",
     "add_record_parser",
     "run_record",
+    "add_search_parser",
+    "run_search",
     "build_parser",
     "main",
 ]
@@ -33,11 +35,12 @@ import torch
 
 from .data import SPLIT_SIZES
 from .devices import resolve_device
-from .evaluation import evaluate_split, load_model, translate
+from .evaluation import evaluate_split, load_model, tokenizer_of, translate
 from .loop import train
 from .model import Transformer
 from .results import checkpoint_paths, record_run, write_result
-from .tokenizer import Tokenizer, multi30k_tokenizer
+from .search import search
+from .tokenizer import Tokenizer
 from .training import TrainConfig, bounds_problem
 
 
@@ -131,13 +134,23 @@ def run_train(args: argparse.Namespace) -> int:
         cfg = TrainConfig(**{k: v for k, v in vars(args).items() if k in names})
     except ValueError as err:
         args.parser.error(str(err).removeprefix("invalid TrainConfig: "))
-    summary = train(cfg)
+    summary = train(cfg, args.started)
     if int(os.environ.get("RANK", "0")) == 0:
         print(json.dumps(summary))
     return 0
 
 
 # %% ../../notebooks/13_gpu_training.ipynb #9b02cf8a
+def _add_max_sentences(p: argparse.ArgumentParser) -> None:
+    """--max-sentences, for record and search: a smoke run's limit, kept in what they write."""
+    p.add_argument(
+        "--max-sentences",
+        type=positive_int,
+        default=argparse.SUPPRESS,
+        help="score only the first N sentences of each split (for smoke runs; never for results)",
+    )
+
+
 def _add_checkpoint_arguments(
     p: argparse.ArgumentParser, average: int, checkpoint: bool = True
 ) -> None:
@@ -167,7 +180,7 @@ def _load(args: argparse.Namespace) -> tuple[Transformer, dict, Tokenizer]:
     model, ckpt = load_model(
         checkpoint_paths(args.checkpoint, args.average), resolve_device(args.device)
     )
-    return model, ckpt, multi30k_tokenizer()
+    return model, ckpt, tokenizer_of(ckpt)
 
 
 def add_translate_parser(commands: argparse._SubParsersAction) -> None:
@@ -242,14 +255,9 @@ def add_record_parser(commands: argparse._SubParsersAction) -> None:
     p.add_argument("run_dir", metavar="RUN", help="the run folder that train wrote (its --out)")
     p.add_argument("--out", required=True, help="the JSON file to write, e.g. results/en-de.json")
     p.add_argument(
-        "--samples", type=positive_int, default=5, help="test translations to keep as samples"
+        "--samples", type=positive_int, default=10, help="test translations to keep as samples"
     )
-    p.add_argument(
-        "--max-sentences",
-        type=positive_int,
-        default=argparse.SUPPRESS,
-        help="score only the first N sentences of each split (for smoke runs; never for results)",
-    )
+    _add_max_sentences(p)
     _add_checkpoint_arguments(p, average=5, checkpoint=False)
 
 
@@ -274,8 +282,55 @@ def run_record(args: argparse.Namespace) -> int:
     return 0
 
 
+# %% ../../notebooks/13_gpu_training.ipynb #8a363879
+def add_search_parser(commands: argparse._SubParsersAction) -> None:
+    p = _subcommand(
+        commands,
+        "search",
+        run_search,
+        help="run a grid of time-boxed training trials, scored on val",
+        description="Train each trial of a grid file in its own process and score it on the "
+        "validation set with each decoding setting of the grid; add the records to a JSON-lines "
+        "file. Trials already in that file are skipped, so a search that was cut short resumes.",
+    )
+    p.add_argument("grid", help="the grid: JSON with base, trials and decoding")
+    p.add_argument(
+        "--out", required=True, help="JSON-lines file of records, e.g. results/trials.jsonl"
+    )
+    p.add_argument("--runs", default="runs/search", help="folder for the trials' run folders")
+    p.add_argument(
+        "--stop-after",
+        type=non_negative_float,
+        default=argparse.SUPPRESS,
+        help="start no new trial after this many seconds",
+    )
+    _add_max_sentences(p)
+    p.add_argument(
+        "--device", type=device_name, default="auto", help="where to score: auto, cpu, cuda, ..."
+    )
+
+
+def run_search(args: argparse.Namespace) -> int:
+    search(
+        args.grid,
+        args.out,
+        args.runs,
+        resolve_device(args.device),
+        getattr(args, "max_sentences", None),
+        getattr(args, "stop_after", None),
+        ["python -m transformer", *args.argv],
+    )
+    return 0
+
+
 # %% ../../notebooks/13_gpu_training.ipynb #fd861fa3
-SUBCOMMANDS = [add_train_parser, add_translate_parser, add_evaluate_parser, add_record_parser]
+SUBCOMMANDS = [
+    add_train_parser,
+    add_translate_parser,
+    add_evaluate_parser,
+    add_record_parser,
+    add_search_parser,
+]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -289,11 +344,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of `python -m transformer`; returns the exit status."""
+def main(argv: Sequence[str] | None = None, started: float | None = None) -> int:
+    """Entry point of `python -m transformer`; returns the exit status. `started`: the
+    time.perf_counter() reading when the process started, from which `train` counts its wall
+    time (default: when train starts)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     args.argv = argv  # the command as typed, for the provenance of recorded results
+    args.started = started
     try:
         return args.run(args)
     except (OSError, ValueError, FloatingPointError) as err:

@@ -23,14 +23,16 @@ class DecoderLayer(nn.Module):
     def __init__(self, config: StackConfig, cross_attention: bool = True):
         super().__init__()
         c = config
-        self.self_attn = MultiHeadAttention(c.d_model, c.n_heads, c.d_head, c.dropout)
+        self.self_attn = MultiHeadAttention(c.d_model, c.n_heads, c.d_head, c.attention_dropout)
         self.self_residual = Residual(c.d_model, c.dropout, c.norm_first)
         if cross_attention:
-            self.cross_attn = MultiHeadAttention(c.d_model, c.n_heads, c.d_head, c.dropout)
+            self.cross_attn = MultiHeadAttention(
+                c.d_model, c.n_heads, c.d_head, c.attention_dropout
+            )
             self.cross_residual = Residual(c.d_model, c.dropout, c.norm_first)
         else:
             self.cross_attn = self.cross_residual = None
-        self.feed_forward = FeedForward(c.d_model, c.d_ff, c.dropout)
+        self.feed_forward = FeedForward(c.d_model, c.d_ff, c.activation_dropout)
         self.ff_residual = Residual(c.d_model, c.dropout, c.norm_first)
 
     def forward(

@@ -26,7 +26,9 @@ class StackConfig:
     d_head: int | None = None  # None: d_model // n_heads
     d_ff: int = 2048
     n_layers: int = 6
-    dropout: float = 0.1
+    dropout: float = 0.1  # on every sublayer's output (section 5.4)
+    attention_dropout: float | None = None  # on the attention weights; None: dropout
+    activation_dropout: float | None = None  # on the feed-forward's hidden layer; None: dropout
     norm_first: bool = False  # True: pre-LN (eq. encoder-layer-pre)
 
     def __post_init__(self):
@@ -34,8 +36,12 @@ class StackConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"dropout must lie in [0, 1), got {self.dropout}")
+        for name in ("attention_dropout", "activation_dropout"):
+            if getattr(self, name) is None:
+                setattr(self, name, self.dropout)
+        for name in ("dropout", "attention_dropout", "activation_dropout"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ValueError(f"{name} must lie in [0, 1), got {getattr(self, name)}")
 
 
 # %% ../../notebooks/08_encoder.ipynb #bf4e82aa
@@ -48,8 +54,8 @@ class EncoderLayer(nn.Module):
     def __init__(self, config: StackConfig):
         super().__init__()
         c = config
-        self.self_attn = MultiHeadAttention(c.d_model, c.n_heads, c.d_head, c.dropout)
-        self.feed_forward = FeedForward(c.d_model, c.d_ff, c.dropout)
+        self.self_attn = MultiHeadAttention(c.d_model, c.n_heads, c.d_head, c.attention_dropout)
+        self.feed_forward = FeedForward(c.d_model, c.d_ff, c.activation_dropout)
         self.attn_residual = Residual(c.d_model, c.dropout, c.norm_first)
         self.ff_residual = Residual(c.d_model, c.dropout, c.norm_first)
 

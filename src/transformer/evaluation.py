@@ -5,13 +5,14 @@ __all__ = [
     "read_checkpoint",
     "average_checkpoints",
     "load_model",
+    "tokenizer_of",
     "translate",
     "BleuScores",
     "corpus_bleu",
     "SplitResult",
     "evaluate_split",
     "attention_weights",
-    "cross_attention_maps",
+    "attention_maps",
 ]
 
 # %% ../../notebooks/12_inference.ipynb #254a7f7e
@@ -33,7 +34,7 @@ from .data import load_multi30k
 from .decoding import beam_search, evaluating, greedy_decode
 from .model import Transformer, TransformerConfig
 from .multihead import MultiHeadAttention
-from .tokenizer import BOS_ID, Tokenizer
+from .tokenizer import BOS_ID, Tokenizer, multi30k_tokenizer
 
 
 def read_checkpoint(path: str | Path) -> dict:
@@ -114,6 +115,12 @@ def load_model(
         )
     model.load_state_dict(ckpt["model"])
     return model.to(device).eval(), ckpt
+
+
+def tokenizer_of(ckpt: dict) -> Tokenizer:
+    """Chapter 1's shared Multi30k vocabulary, of the size the checkpoint's model was trained
+    with (chapter 11's `train` makes it with multi30k_tokenizer)."""
+    return multi30k_tokenizer(ckpt["model_config"]["src_vocab_size"])
 
 
 # %% ../../notebooks/12_inference.ipynb #6f19ad97
@@ -246,15 +253,24 @@ def attention_weights(modules: Sequence[MultiHeadAttention]) -> Iterator[list[li
             handle.remove()
 
 
-def cross_attention_maps(
+def attention_maps(
     model: Transformer, src_ids: Sequence[int], out_ids: Sequence[int]
-) -> Tensor:
-    """(n_layers, n_heads, len(out_ids), len(src_ids)): where each cross-attention head looks
-    while the decoder predicts each token of out_ids (teacher-forced, from BOS)."""
+) -> dict[str, Tensor]:
+    """Every layer's and head's attention while the decoder predicts out_ids (teacher-forced,
+    from BOS), with S = len(src_ids) and T = len(out_ids):
+    "encoder" (n_layers, n_heads, S, S), "decoder" (n_layers, n_heads, T, T) and
+    "cross" (n_layers, n_heads, T, S), rows the queries and columns the keys."""
     src = torch.tensor([list(src_ids)])  # (1, S)
     tgt_in = torch.tensor([[BOS_ID, *out_ids[:-1]]])  # (1, T): the inputs that predict out_ids
-    layers = [layer.cross_attn for layer in model.decoder.layers]
+    modules = {
+        "encoder": [layer.self_attn for layer in model.encoder.layers],
+        "decoder": [layer.self_attn for layer in model.decoder.layers],
+        "cross": [layer.cross_attn for layer in model.decoder.layers],
+    }
     device = next(model.parameters()).device
-    with evaluating(model), attention_weights(layers) as maps:
+    with evaluating(model), attention_weights(sum(modules.values(), [])) as maps:
         model(src.to(device), tgt_in.to(device))
-    return torch.cat([calls[0] for calls in maps]).cpu()  # (n_layers, n_heads, T, S)
+    calls = iter(maps)  # module by module, in the order of `modules`; one call each
+    return {  # each call's weights are (1, n_heads, queries, keys)
+        kind: torch.cat([next(calls)[0] for _ in layers]).cpu() for kind, layers in modules.items()
+    }

@@ -8,6 +8,7 @@ __all__ = [
     "resume",
     "save",
     "log_point",
+    "out_of_time",
     "run_steps",
     "compiled_graphs",
     "train",
@@ -100,18 +101,27 @@ class Run:
 
 
 # %% ../../notebooks/11_training.ipynb #0ed167a6
-def start_run(cfg: TrainConfig, rank: int = 0, world_size: int = 1, device="cpu") -> Run:
-    """Load the data, build the model and optimizer of `cfg`, and resume them if asked."""
-    out, started = Path(cfg.out), time.perf_counter()
+def start_run(
+    cfg: TrainConfig, rank: int = 0, world_size: int = 1, device="cpu", started=None
+) -> Run:
+    """Load the data, build the model and optimizer of `cfg`, and resume them if asked.
+    `started`: the perf_counter() reading the run's wall clock counts from (default: now)."""
+    out = Path(cfg.out)
+    started = time.perf_counter() if started is None else started
     if not cfg.resume and (
         (out / "metrics.jsonl").exists() or (out / "checkpoints/latest.pt").exists()
     ):
         raise FileExistsError(
             f"{out} already holds a run; resume it, or choose another output folder"
         )
-    preset, tokenizer = PRESETS[cfg.preset], multi30k_tokenizer()
+    preset, tokenizer = PRESETS[cfg.preset], multi30k_tokenizer(cfg.vocab_size)
     V, budget = tokenizer.vocab_size, cfg.token_budget or preset.token_budget
-    model_cfg = TransformerConfig(V, V, dropout=cfg.dropout, pad_id=PAD_ID, **preset.model)
+    dropouts = dict(
+        dropout=cfg.dropout,
+        attention_dropout=cfg.attention_dropout,
+        activation_dropout=cfg.activation_dropout,
+    )
+    model_cfg = TransformerConfig(V, V, pad_id=PAD_ID, **dropouts, **cfg.model_sizes())
     pairs = {
         s: load_pairs(s, cfg.src, cfg.tgt, model_cfg.max_len, tokenizer) for s in ("train", "val")
     }
@@ -154,7 +164,7 @@ def resume(run: Run) -> None:
     """Load latest.pt into `run`: weights, optimizer, schedule, data position, random state."""
     ckpt = checkpoints.load_checkpoint(run.latest)
     checkpoints.check_config(ckpt["model_config"], asdict(run.model_cfg), "model")
-    data_fields = ("src", "tgt", "seed", "token_budget")
+    data_fields = ("src", "tgt", "seed", "token_budget", "vocab_size")
     checkpoints.check_config(
         {k: ckpt["train_config"][k] for k in data_fields} | {"world_size": ckpt["world_size"]},
         {k: getattr(run.cfg, k) for k in data_fields} | {"world_size": run.world_size},
@@ -228,12 +238,30 @@ def log_point(run: Run, window: Window, lr: float, since: float, final: bool) ->
 
 
 # %% ../../notebooks/11_training.ipynb #641efd49
-def run_steps(run: Run, total: int) -> dict:
-    """Train until step `total`. Between the cadences of run.cfg (log, eval, save) the host only
-    queues work for the device; it reads a device value at those points alone."""
+def out_of_time(run: Run) -> bool:
+    """Whether run.cfg.max_seconds have passed; under DDP rank 0's clock decides for all ranks."""
+    if run.cfg.max_seconds is None:
+        return False
+    up = run.wall() >= run.cfg.max_seconds  # the host's clock: no device value is read
+    if run.world_size > 1:  # so that every rank stops at the same step
+        flag = torch.tensor(float(up), device=run.device)
+        dist.broadcast(flag, src=0)
+        up = bool(flag.item())
+    return up
+
+
+def run_steps(run: Run, total: float) -> dict:
+    """Train until step `total` (or max_seconds). Between the cadences of run.cfg (log, eval,
+    save) the host only queues work for the device; it reads a device value at those points
+    alone, and only there looks at the clock."""
     cfg, amp_dtype = run.cfg, autocast_dtype(run.device, run.cfg.amp)
     run.out.mkdir(parents=True, exist_ok=True)
-    bar = tqdm(total=total, initial=run.step, unit="step", disable=run.rank != 0 or None)
+    bar = tqdm(
+        total=None if math.isinf(total) else total,
+        initial=run.step,
+        unit="step",
+        disable=run.rank != 0 or None,
+    )
     window, clock, record = Window(run.device), time.perf_counter(), {}
     while run.step < total:
         for batch in run.data:
@@ -245,6 +273,8 @@ def run_steps(run: Run, total: int) -> dict:
             run.step += 1
             window.add(run.step, loss, (batch.tgt_out != PAD_ID).sum())
             cadences = (cfg.log_every, cfg.eval_every, cfg.save_every)
+            if run.step % cfg.log_every == 0 and out_of_time(run):
+                total = run.step  # this step is the last
             if run.step == total or any(run.step % n == 0 for n in cadences):
                 paused = time.perf_counter()
                 new = log_point(run, window, lr, clock, final=run.step == total)
@@ -267,14 +297,16 @@ def compiled_graphs() -> int:
     return torch._dynamo.utils.counters["stats"]["unique_graphs"]
 
 
-def train(cfg: TrainConfig) -> dict:
+def train(cfg: TrainConfig, started: float | None = None) -> dict:
     """Train a Transformer on Multi30k as `cfg` says; return a summary of the run.
 
     Writes `cfg.out`/metrics.jsonl and checkpoints/ (rank 0 only). Under torchrun, every
-    process trains one DistributedDataParallel replica on its share of the batches."""
+    process trains one DistributedDataParallel replica on its share of the batches. `started`
+    is a time.perf_counter() reading from when the process started (default: now); the run's
+    wall clock, and max_seconds, count from it."""
     rank, world_size, device = setup_distributed(cfg.device)
     try:
-        run = start_run(cfg, rank, world_size, device)
+        run = start_run(cfg, rank, world_size, device, started)
         total = min(cfg.max_steps or math.inf, (cfg.epochs or math.inf) * len(run.data))
         last = run_steps(run, total)
         return {

@@ -17,8 +17,8 @@ from .tokenizer import PAD_ID
 
 @dataclass
 class TransformerConfig(StackConfig):
-    """Chapter 8's StackConfig (d_model, n_heads, d_head, d_ff, n_layers, dropout, norm_first;
-    the paper's base model by default, keyword-only) and the vocabularies and embeddings.
+    """Chapter 8's StackConfig (the sizes, the three dropouts and norm_first; the paper's base
+    model by default, keyword-only) and the vocabularies and embeddings.
 
     max_len bounds the source and target lengths. share_embeddings=True uses one table for
     source and target (one shared vocabulary); the pre-softmax projection is always tied to the

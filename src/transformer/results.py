@@ -3,14 +3,17 @@
 # %% auto #0
 __all__ = [
     "REQUIRED_KEYS",
+    "ATTENTION_SENTENCES",
     "provenance",
     "missing_keys",
     "write_result",
     "load_results",
+    "train_args",
     "train_command",
     "checkpoint_paths",
     "bleu_of_splits",
     "logged_curves",
+    "attention_record",
     "record_run",
 ]
 
@@ -25,8 +28,9 @@ import torch
 
 from .checkpoints import atomic_write, step_checkpoints
 from .data import load_multi30k
-from .evaluation import SplitResult, cross_attention_maps, evaluate_split, load_model
-from .tokenizer import EOS_ID, multi30k_tokenizer
+from .decoding import beam_search
+from .evaluation import attention_maps, evaluate_split, load_model, tokenizer_of
+from .tokenizer import Tokenizer
 
 # the keys every results/<run>.json must have; "a.b" names a key inside a key
 REQUIRED_KEYS = (
@@ -44,6 +48,7 @@ REQUIRED_KEYS = (
     "bleu.val.sacrebleu_cased",
     "curves",
     "samples",
+    "attention",
 )
 
 
@@ -104,16 +109,21 @@ def load_results(folder: str | Path = "results") -> list[dict]:
 
 
 # %% ../../notebooks/13_gpu_training.ipynb #94edd81a
-def train_command(cfg: dict) -> str:
-    """The `python -m transformer train` command line of a run with this TrainConfig (as a dict):
-    every field is a flag of the same name."""
-    words = ["python -m transformer train"]
+def train_args(cfg: dict) -> list[str]:
+    """The arguments of `python -m transformer train` for a run with this TrainConfig (as a
+    dict): every field is a flag of the same name."""
+    words = []
     for name, value in cfg.items():
         flag = "--" + name.replace("_", "-")
         if name == "resume" or value is None or value is (name == "amp"):
             continue  # defaults that need no flag: None, and switches in their default state
-        words.append("--no-amp" if name == "amp" else flag if value is True else f"{flag} {value}")
-    return " ".join(words)
+        words += ["--no-amp"] if name == "amp" else [flag] if value is True else [flag, str(value)]
+    return words
+
+
+def train_command(cfg: dict) -> str:
+    """The `python -m transformer train` command line of a run with this TrainConfig."""
+    return " ".join(["python -m transformer train", *train_args(cfg)])
 
 
 def checkpoint_paths(path: str | Path, average: int = 1) -> list[Path]:
@@ -139,12 +149,19 @@ def checkpoint_paths(path: str | Path, average: int = 1) -> list[Path]:
 
 # %% ../../notebooks/13_gpu_training.ipynb #7fa5023d
 def bleu_of_splits(
-    model, tokenizer, src: str, tgt: str, beam_size: int, length_penalty: float, max_sentences
-) -> tuple[dict, SplitResult]:
-    """sacreBLEU, cased and lowercased with their signatures, on val and then test_2016_flickr;
-    and the test split's scored translations, from which the samples are taken."""
+    model,
+    tokenizer,
+    src: str,
+    tgt: str,
+    beam_size: int,
+    length_penalty: float,
+    max_sentences,
+    splits: Sequence[str] = ("val", "test_2016_flickr"),
+) -> tuple[dict, list[str]]:
+    """sacreBLEU, cased and lowercased with their signatures, on each split; and the last
+    split's translations, from which the samples are taken."""
     bleu = {}
-    for split in ("val", "test_2016_flickr"):
+    for split in splits:
         scored = evaluate_split(
             model,
             tokenizer,
@@ -162,7 +179,7 @@ def bleu_of_splits(
             "signature_cased": b.cased_signature,
             "signature_lc": b.lowercased_signature,
         }
-    return bleu, scored
+    return bleu, scored.hypotheses
 
 
 def logged_curves(run_dir: str | Path, last_step: int) -> tuple[dict, float]:
@@ -182,6 +199,34 @@ def logged_curves(run_dir: str | Path, last_step: int) -> tuple[dict, float]:
     return curves, statistics.median(r["tokens_per_s"] for r in train_log)
 
 
+# %% ../../notebooks/13_gpu_training.ipynb #5a71f2f1
+# test_2016_flickr sentences whose attention every record keeps: a short one, and one where
+# a pronoun must find its noun ("her" is the girl's, not the boy's; German: "ihrem")
+ATTENTION_SENTENCES = (8, 444)
+
+
+def attention_record(
+    model, tokenizer: Tokenizer, sources: Sequence[str], beam_size: int, length_penalty: float
+) -> list[dict]:
+    """For each source sentence: its pieces, the pieces of the model's beam-search translation,
+    and every layer's and head's attention on them (chapter 12's attention_maps), to 3 decimals."""
+    device = next(model.parameters()).device
+    kept = []
+    for sentence in sources:
+        src_ids = tokenizer.encode(sentence)
+        src = torch.tensor([src_ids], device=device)  # (1, S)
+        out_ids = beam_search(model, src, beam_size, length_penalty=length_penalty)[0]
+        maps = attention_maps(model, src_ids, out_ids)  # kind -> (n_layers, n_heads, Tq, Tk)
+        kept.append(
+            {
+                "source": tokenizer.sp.id_to_piece(src_ids),
+                "output": tokenizer.sp.id_to_piece(out_ids),
+                **{kind: m.round(decimals=3).tolist() for kind, m in maps.items()},
+            }
+        )
+    return kept
+
+
 # %% ../../notebooks/13_gpu_training.ipynb #caa52e7d
 def record_run(
     run_dir: str | Path,
@@ -189,7 +234,7 @@ def record_run(
     average: int = 5,
     beam_size: int = 4,
     length_penalty: float = 0.6,
-    n_samples: int = 5,
+    n_samples: int = 10,
     device: str | torch.device = "cpu",
     max_sentences: int | None = None,
 ) -> dict:
@@ -197,19 +242,17 @@ def record_run(
     val and test_2016_flickr) and gather the record that write_result stores."""
     paths = checkpoint_paths(run_dir, average)
     model, ckpt = load_model(paths, device)
-    train_cfg, tokenizer = ckpt["train_config"], multi30k_tokenizer()
+    train_cfg, tokenizer = ckpt["train_config"], tokenizer_of(ckpt)
     src, tgt = train_cfg["src"], train_cfg["tgt"]
-    bleu, scored = bleu_of_splits(
+    bleu, hypotheses = bleu_of_splits(
         model, tokenizer, src, tgt, beam_size, length_penalty, max_sentences
     )
-    sources = [s for s, _ in load_multi30k("test_2016_flickr", src, tgt)[:n_samples]]
+    pairs = load_multi30k("test_2016_flickr", src, tgt)
     samples = [
         {"source": s, "reference": r, "hypothesis": h}
-        for s, r, h in zip(sources, scored.references, scored.hypotheses, strict=False)
+        for (s, r), h in zip(pairs[:n_samples], hypotheses, strict=False)
     ]
-    src_ids, out_ids = tokenizer.encode(sources[0]), tokenizer.encode(samples[0]["hypothesis"])
-    out_ids = [*out_ids, EOS_ID]
-    maps = cross_attention_maps(model, src_ids, out_ids)  # (n_layers, n_heads, T, S)
+    looked_at = [pairs[i][0] for i in ATTENTION_SENTENCES]
     curves, tokens_per_s = logged_curves(run_dir, ckpt["step"])
     return {
         "direction": f"{src}-{tgt}",
@@ -232,9 +275,5 @@ def record_run(
         "bleu": bleu,
         "curves": curves,
         "samples": samples,
-        "attention": {
-            "source": tokenizer.sp.id_to_piece(src_ids),
-            "output": tokenizer.sp.id_to_piece(out_ids),
-            "last_layer": maps[-1].round(decimals=3).tolist(),  # (n_heads, T, S)
-        },
+        "attention": attention_record(model, tokenizer, looked_at, beam_size, length_penalty),
     }

@@ -180,10 +180,23 @@ class TrainConfig:
         _DATA,
         choices=tuple(PRESETS),
     )
+    d_model: int | None = knob(None, "width d_model (default: the preset's)", _DATA, low=1)
+    n_heads: int | None = knob(None, "attention heads h (default: the preset's)", _DATA, low=1)
+    d_ff: int | None = knob(None, "feed-forward width d_ff (default: the preset's)", _DATA, low=1)
+    n_layers: int | None = knob(None, "layers N per stack (default: the preset's)", _DATA, low=1)
+    vocab_size: int = knob(8000, "pieces of the shared vocabulary (chapter 1)", _DATA, low=100)
     max_steps: int | None = knob(
-        None, "stop after this many steps (or epochs, whichever first)", _LENGTH, low=1
+        None, "stop after this many steps (or epochs, or seconds, whichever first)", _LENGTH, low=1
     )
     epochs: int | None = knob(None, "stop after this many passes over the data", _LENGTH, low=1)
+    max_seconds: float | None = knob(
+        None,
+        "stop once this many seconds have passed since the process started; the final "
+        "validation and checkpoint follow",
+        _LENGTH,
+        low=0,
+        low_ok=False,
+    )
     seed: int = knob(0, "seed of weights, data order, dropout", _LENGTH)
     out: str = knob("runs/train", "output folder (metrics, checkpoints)", _LENGTH)
     resume: bool = knob(
@@ -199,6 +212,12 @@ class TrainConfig:
     lr_factor: float = knob(1.0, "factor of the Noam schedule", _OPT, low=0, low_ok=False)
     label_smoothing: float = knob(0.1, "epsilon of label smoothing", _OPT, low=0, high=1)
     dropout: float = knob(0.1, "dropout probability", _OPT, low=0, high=1)
+    attention_dropout: float | None = knob(
+        None, "dropout on the attention weights (default: dropout)", _OPT, low=0, high=1
+    )
+    activation_dropout: float | None = knob(
+        None, "dropout on the feed-forward's hidden layer (default: dropout)", _OPT, low=0, high=1
+    )
     clip: float = knob(1.0, "maximum gradient norm (0: no clipping)", _OPT, low=0)
     amp: bool = knob(True, "bf16 autocast where the device supports it", _OPT)
     compile: bool = knob(False, "torch.compile the model (pays off on a GPU; chapter 13)", _OPT)
@@ -218,9 +237,14 @@ class TrainConfig:
                 problems.append(f"{f.name} {problem}")
         if self.src == self.tgt:
             problems.append(f"src and tgt are both {self.src!r}; pick two languages")
-        if self.max_steps is None and self.epochs is None:
-            problems.append("set max_steps or epochs (or both)")
+        if self.max_steps is None and self.epochs is None and self.max_seconds is None:
+            problems.append("set max_steps, epochs or max_seconds (or several)")
         if self.cuda_graphs and not self.compile:
             problems.append("cuda_graphs works through torch.compile; set compile too")
         if problems:
             raise ValueError("invalid TrainConfig: " + "; ".join(problems))
+
+    def model_sizes(self) -> dict:
+        """The preset's d_model, n_heads, d_ff and n_layers, with the ones set here instead."""
+        sizes = PRESETS[self.preset].model
+        return sizes | {k: getattr(self, k) for k in sizes if getattr(self, k) is not None}

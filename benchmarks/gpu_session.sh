@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Chapter 13's GPU work in three stages, each one device command of under 10 minutes. Run from
+# the repository root of the GPU machine, where python3 has torch, sentencepiece, sacrebleu and
+# tqdm. The corpus and platformdirs travel in the ignored folder .gpu/ (made here by `pack`).
+#
+#   bash benchmarks/gpu_session.sh pack                  # here, once: fill .gpu/ to carry
+#   bash benchmarks/gpu_session.sh search GRID [SECONDS] # trials on val -> results/trials.jsonl
+#   bash benchmarks/gpu_session.sh final "TRAIN FLAGS" "RECORD FLAGS"
+#                                    # en-de and de-en: train, record -> results/{en-de,de-en}.json
+#   bash benchmarks/gpu_session.sh bench                 # loop and step benchmarks -> results/
+#
+# Every stage copies what it wrote under results/ to $OUT (when set), to be brought back and
+# committed. TOY=1 runs a stage at toy size on the CPU (results to a temporary folder), to check
+# the script before GPU time is spent on it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+stage=${1:?"stage: pack, search, final or bench"}
+shift
+py=${PYTHON:-python3}
+export PYTHONPATH=src:.gpu/site PYTHONUNBUFFERED=1 TQDM_MININTERVAL=15
+export MULTI30K_DIR=${MULTI30K_DIR:-.gpu/multi30k} TRANSFORMER_CACHE=${TRANSFORMER_CACHE:-.gpu/cache}
+results=${RESULTS:-results}
+toy=${TOY:-0}
+if [ "$toy" = 1 ]; then results=$(mktemp -d); fi
+runs=${RUNS:-runs}
+
+bring_back() {  # copy what this stage wrote to $OUT (the device tool brings $OUT back)
+  if [ -n "${OUT:-}" ]; then cp "$@" "$OUT"/; fi
+}
+
+case "$stage" in
+pack)
+  mkdir -p .gpu/multi30k .gpu/site
+  cp "${SHARED_CORPUS:-../shared/data/multi30k}"/{SHA256SUMS,*.gz} .gpu/multi30k/
+  site=$("$py" -c "import platformdirs, pathlib; print(pathlib.Path(platformdirs.__file__).parent)")
+  cp -r "$site" .gpu/site/
+  du -sh .gpu
+  ;;
+search)
+  grid=${1:?"search needs a grid file"}
+  stop_after=${2:-420}
+  extra=()
+  if [ "$toy" = 1 ]; then extra=(--max-sentences 20 --device cpu); fi
+  "$py" -m transformer search "$grid" --out "$results/trials.jsonl" --runs "$runs/search" \
+    --stop-after "$stop_after" "${extra[@]}"
+  bring_back "$results/trials.jsonl"
+  ;;
+final)
+  train_flags=${1:?"final needs the train flags"}
+  record_flags=${2:-}
+  if [ "$toy" = 1 ]; then record_flags="$record_flags --max-sentences 20"; fi
+  for pair in "en de" "de en"; do
+    set -- $pair
+    rm -rf "$runs/$1-$2"
+    # shellcheck disable=SC2086  # the flags are words to split
+    "$py" -m transformer train --src "$1" --tgt "$2" $train_flags --out "$runs/$1-$2"
+    # shellcheck disable=SC2086
+    "$py" -m transformer record "$runs/$1-$2" --out "$results/$1-$2.json" $record_flags
+  done
+  bring_back "$results/en-de.json" "$results/de-en.json"
+  ;;
+bench)
+  device=cuda steps=200
+  if [ "$toy" = 1 ]; then device=cpu steps=30; fi
+  for preset in small base; do
+    if [ "$toy" = 1 ] && [ "$preset" = base ]; then preset=tiny; fi
+    "$py" benchmarks/train_loop.py --preset "$preset" --device "$device" --steps "$steps" \
+      --compile --startup --json "$results/benchmarks.json"
+  done
+  "$py" benchmarks/train_step.py --device "$device" --amp --compile --json "$results/benchmarks.json"
+  "$py" benchmarks/attention_kernels.py --device "$device" --preset small
+  bring_back "$results/benchmarks.json"
+  ;;
+*)
+  echo "unknown stage $stage: pack, search, final or bench" >&2
+  exit 2
+  ;;
+esac
