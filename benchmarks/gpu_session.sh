@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Chapter 13's GPU work in three stages, each one device command of under 10 minutes. Run from
 # the repository root of the GPU machine, where python3 has torch, sentencepiece, sacrebleu and
-# tqdm. The corpus and platformdirs travel in the ignored folder .gpu/ (made here by `pack`).
+# tqdm. What it lacks travels in the ignored folder .gpu/, made here by `pack`: the corpus,
+# platformdirs, the trained tokenizers, and the commit of this tree (there is no git there).
 #
 #   bash benchmarks/gpu_session.sh pack                  # here, once: fill .gpu/ to carry
 #   bash benchmarks/gpu_session.sh search GRID [SECONDS] # trials on val -> results/trials.jsonl
@@ -19,6 +20,7 @@ shift
 py=${PYTHON:-python3}
 export PYTHONPATH=src:.gpu/site PYTHONUNBUFFERED=1 TQDM_MININTERVAL=15
 export MULTI30K_DIR=${MULTI30K_DIR:-.gpu/multi30k} TRANSFORMER_CACHE=${TRANSFORMER_CACHE:-.gpu/cache}
+if [ -f .gpu/provenance.env ]; then set -a; . .gpu/provenance.env; set +a; fi  # pack's commit
 results=${RESULTS:-results}
 toy=${TOY:-0}
 if [ "$toy" = 1 ]; then results=$(mktemp -d); fi
@@ -34,6 +36,12 @@ pack)
   cp "${SHARED_CORPUS:-../shared/data/multi30k}"/{SHA256SUMS,*.gz} .gpu/multi30k/
   site=$("$py" -c "import platformdirs, pathlib; print(pathlib.Path(platformdirs.__file__).parent)")
   cp -r "$site" .gpu/site/
+  # the tokenizers of the grids' vocabulary sizes, trained once here rather than in a trial
+  "$py" -c "from transformer.tokenizer import multi30k_tokenizer as t; [t(v) for v in (4000, 8000, 16000)]"
+  # the commit this tree is, for the provenance of what the GPU writes (it has no git there)
+  dirty=0
+  if [ -n "$(git status --porcelain --untracked-files=no)" ]; then dirty=1; fi
+  printf 'TRANSFORMER_COMMIT=%s\nTRANSFORMER_DIRTY=%s\n' "$(git rev-parse HEAD)" "$dirty" >.gpu/provenance.env
   du -sh .gpu
   ;;
 search)

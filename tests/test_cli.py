@@ -8,7 +8,7 @@ from dataclasses import asdict, fields
 import pytest
 import torch
 
-from transformer import evaluation
+from transformer import evaluation, results
 from transformer.cli import build_parser, main
 from transformer.results import load_results, missing_keys, train_command
 from transformer.search import read_grid, read_trials
@@ -269,3 +269,19 @@ def test_search_records_every_trial_and_resumes(tmp_path, capsys):
     assert "fewer than the 3 to average" in capsys.readouterr().out
     assert main(argv) == 0  # every trial is in the file: nothing runs again
     assert read_trials(out) == trials
+
+
+def test_provenance_without_git_reads_what_pack_noted(monkeypatch):
+    def no_git(*args, **kwargs):
+        raise OSError("no git here")
+
+    monkeypatch.setattr(results.subprocess, "run", no_git)
+    monkeypatch.delenv("TRANSFORMER_COMMIT", raising=False)
+    monkeypatch.delenv("TRANSFORMER_DIRTY", raising=False)
+    unknown = results.provenance(["x"])
+    assert unknown["commit"] == "unknown" and unknown["dirty"] is True
+    monkeypatch.setenv("TRANSFORMER_COMMIT", "abc123")
+    monkeypatch.setenv("TRANSFORMER_DIRTY", "0")
+    noted = results.provenance(["python -m transformer", "record"])
+    assert noted["commit"] == "abc123" and noted["dirty"] is False
+    assert noted["command"] == "python -m transformer record"

@@ -19,6 +19,7 @@ __all__ = [
 
 # %% ../../notebooks/13_gpu_training.ipynb #acfb6afd
 import json
+import os
 import statistics
 import subprocess
 from collections.abc import Sequence
@@ -55,8 +56,10 @@ REQUIRED_KEYS = (
 def provenance(command: Sequence[str]) -> dict:
     """How a result was produced: torch version, git commit, the exact command.
 
-    `commit` is the checked-out commit of the repository this package lives in ("unknown" outside
-    a git checkout); `dirty` says whether tracked files differed from it."""
+    `commit` is the checked-out commit of the repository this package lives in; `dirty` says
+    whether tracked files differed from it. In a copy without git (a GPU machine) both come from
+    $TRANSFORMER_COMMIT and $TRANSFORMER_DIRTY, which `benchmarks/gpu_session.sh pack` notes
+    down where git is; without them the commit is "unknown" and counts as dirty."""
 
     def git(*args: str) -> str:
         try:
@@ -67,10 +70,16 @@ def provenance(command: Sequence[str]) -> dict:
             return ""
         return done.stdout.strip() if done.returncode == 0 else ""
 
+    commit = git("rev-parse", "HEAD")
+    if commit:
+        dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
+    else:
+        commit = os.environ.get("TRANSFORMER_COMMIT", "unknown")
+        dirty = os.environ.get("TRANSFORMER_DIRTY", "1") != "0"
     return {
         "torch": torch.__version__,
-        "commit": git("rev-parse", "HEAD") or "unknown",
-        "dirty": bool(git("status", "--porcelain", "--untracked-files=no")),
+        "commit": commit,
+        "dirty": dirty,
         "command": " ".join(command),
     }
 
