@@ -18,12 +18,20 @@ are left out of the rates. Printed:
     python benchmarks/train_loop.py --preset small
     python benchmarks/train_loop.py --preset base --device cuda --compile --startup \
         --json results/benchmarks.json
+    python benchmarks/train_loop.py --preset small --set d_ff=512 --set token_budget=3000 \
+        --cpu-bf16                                               # bf16 autocast on a CPU
+
+--set FIELD=VALUE changes any TrainConfig field of the run (a model size, the token budget, a
+dropout). --cpu-bf16 runs the loop under bf16 autocast on the CPU, which the package does only
+on CUDA: it measures what bf16 would buy on this CPU (much, with AMX; little or nothing without
+native bf16 instructions).
 
 --json appends the measurement with its provenance to a JSON list (train_step.py's format).
 """
 
 import argparse
 import copy
+import dataclasses
 import os
 import subprocess
 import sys
@@ -35,6 +43,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 from train_step import record  # the sibling benchmark's JSON writer
 
+from transformer import loop as package_loop
 from transformer.devices import (
     autocast_dtype,
     describe_device,
@@ -77,6 +86,19 @@ def flops_per_shape(run: Run) -> dict[tuple[int, int], int]:
                 label_smoothed_loss(logits, batch.tgt_out).backward()
             counts[shape] = counter.get_total_flops()
     return counts
+
+
+def overrides(assignments: list[str]) -> dict:
+    """TrainConfig fields from FIELD=VALUE texts, each VALUE read as its field's type."""
+    types = {f.name: f.type for f in dataclasses.fields(TrainConfig)}
+    changes = {}
+    for text in assignments:
+        name, _, value = text.partition("=")
+        if name not in types:
+            raise SystemExit(f"--set {text}: TrainConfig has no field {name!r}")
+        kind = float if "float" in str(types[name]) else int if "int" in str(types[name]) else str
+        changes[name] = kind(value)
+    return changes
 
 
 def run_loop(cfg: TrainConfig, warmup: int) -> dict:
@@ -153,7 +175,12 @@ def main() -> None:
     parser.add_argument("--cuda-graphs", action="store_true", help="with --compile: CUDA graphs")
     parser.add_argument("--startup", action="store_true", help="also time process start to step 10")
     parser.add_argument("--json", type=Path, help="append the measurement to this JSON list")
+    parser.add_argument("--set", action="append", default=[], help="FIELD=VALUE of TrainConfig")
+    parser.add_argument("--cpu-bf16", action="store_true", help="bf16 autocast on the CPU")
     args = parser.parse_args()
+    if args.cpu_bf16:  # the loop, and bare_steps below, ask autocast_dtype which dtype to use
+        global autocast_dtype
+        autocast_dtype = package_loop.autocast_dtype = lambda device, amp=True: torch.bfloat16
     big = 10**9  # log points: only at the end of each run() call
     with tempfile.TemporaryDirectory() as tmp:
         cfg = TrainConfig(
@@ -166,6 +193,7 @@ def main() -> None:
             log_every=big,
             eval_every=big,
             save_every=big,
+            **overrides(args.set),
         )
         loop = run_loop(cfg, args.warmup)
         run, device = loop["run"], loop["run"].device
@@ -175,9 +203,10 @@ def main() -> None:
     result = {
         "benchmark": "train_loop",
         "preset": args.preset,
+        "changes": overrides(args.set),
         "compile": args.compile,
         "cuda_graphs": args.cuda_graphs,
-        "amp": autocast_dtype(device, True) is not None,
+        "amp": autocast_dtype(device, True) is not None,  # bf16 autocast
         "steps_timed": loop["steps"],
         "target_tokens_per_s": round(rate, 1),
         "steps_per_s": round(loop["steps"] / loop["seconds"], 2),

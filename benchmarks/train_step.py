@@ -115,7 +115,7 @@ def pass_flops(run, batches, amp_dtype) -> int:
 
 def record(path: Path, entry: dict) -> None:
     """Append `entry` to the JSON list in `path`, replacing one of the same setting."""
-    same = ("benchmark", "preset", "amp", "compile", "cuda_graphs", "batch")
+    same = ("benchmark", "preset", "changes", "amp", "compile", "cuda_graphs", "batch")
     entries = json.loads(path.read_text()) if path.exists() else []
     entries = [
         e

@@ -170,9 +170,11 @@ def test_record_writes_a_complete_result(tiny_run, tmp_path, capsys, beam_alphas
     assert result["command"].startswith("python -m transformer train --src en --tgt de")
     assert "&& python -m transformer record" in result["command"]
     assert len(result["samples"]) == 8  # ten asked for, but only eight sentences were scored
-    assert [a["source"][:3] for a in result["attention"]] == [
-        ["▁A", "▁guy", "▁works"],
-        ["▁A", "▁little", "▁girl"],
+    assert len(result["attention"]) == 12  # results.ATTENTION_SENTENCES
+    assert [a["source"][:3] for a in result["attention"][:3]] == [
+        ["▁A", "▁guy", "▁works"],  # short
+        ["▁A", "▁little", "▁girl"],  # "her" must find the girl
+        ["▁A", "▁woman", "▁in"],  # the longest
     ]
     for a in result["attention"]:  # the tiny preset: 2 layers of 4 heads
         S, T = len(a["source"]), len(a["output"])

@@ -1,8 +1,10 @@
 import json
 import math
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -206,8 +208,9 @@ def tiny(tmp_path, name: str, **kw) -> TrainConfig:
     return TrainConfig(**(base | kw))
 
 
-def records(cfg: TrainConfig) -> list[dict]:
-    with open(f"{cfg.out}/metrics.jsonl") as f:
+def records(out) -> list[dict]:
+    """The metrics.jsonl records of the run in folder `out`."""
+    with open(f"{out}/metrics.jsonl") as f:
         return [json.loads(line) for line in f]
 
 
@@ -225,7 +228,7 @@ def test_nan_stops_training_and_keeps_the_last_good_checkpoint(tmp_path, monkeyp
         train(cfg)
     assert [p.name for p in step_checkpoints(cfg.out)] == ["step_0000002.pt", "step_0000004.pt"]
     assert load_checkpoint(f"{cfg.out}/checkpoints/latest.pt")["step"] == 4
-    assert [r["step"] for r in records(cfg)] == [1, 2, 3, 4, 5]
+    assert [r["step"] for r in records(cfg.out)] == [1, 2, 3, 4, 5]
     assert not list(tmp_path.rglob("*.tmp"))
 
 
@@ -256,17 +259,124 @@ def test_resume_checks_config_keeps_last_k_and_refuses_to_overwrite(tmp_path):
         train(tiny(tmp_path, "fresh", max_steps=6, resume=True))
 
 
-def cli_train(out, steps: int, *extra: str) -> None:
+def train_command(out, steps: int, *extra: str) -> list[str]:
     command = [sys.executable, "-m", "transformer", "train", "--src", "en", "--tgt", "de"]
     command += ["--preset", "tiny", "--max-steps", str(steps), "--seed", "0", "--out", str(out)]
-    command += ["--token-budget", "400", "--eval-every", "1000", *extra]
+    return command + ["--token-budget", "400", "--eval-every", "1000", *extra]
+
+
+QUIET = os.environ | {"TQDM_DISABLE": "1"}
+
+
+def cli_train(out, steps: int, *extra: str) -> None:
     done = subprocess.run(
-        command,
-        capture_output=True,
-        text=True,
-        env=os.environ | {"TQDM_DISABLE": "1"},
+        train_command(out, steps, *extra), capture_output=True, text=True, env=QUIET
     )
     assert done.returncode == 0, done.stderr
+
+
+def stopped_by(
+    command: list[str], out, signum: int, env=QUIET, times: int = 1
+) -> subprocess.CompletedProcess:
+    """Run `command`, send it `signum` (`times` times in a row) once its run has logged a
+    record, and wait for its end."""
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
+    metrics = out / "metrics.jsonl"
+    while process.poll() is None and not (metrics.is_file() and metrics.read_text()):
+        time.sleep(0.02)
+    for _ in range(times):  # apart, so that each is handled on its own
+        process.send_signal(signum)
+        time.sleep(0.3)
+    stdout, stderr = process.communicate(timeout=300)
+    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
+
+
+def assert_resumed_exactly(straight, stopped, log_every: int) -> None:
+    """`stopped` (a run stopped by a signal, then resumed) logged what `straight` did, but for the
+    stop's own record and the one window it cut; the final weights are equal."""
+    a, b = (records(run) for run in (straight, stopped))
+    stop = next(r["step"] for r in b if "stopped_by" in r)
+    cut = stop + (-stop) % log_every if stop % log_every else None  # the window the stop cut
+    b_logged = [r for r in b if r["step"] % log_every == 0 and "loss" in r]
+    assert [r["step"] for r in b_logged] == [r["step"] for r in a if "loss" in r]
+    assert [r["loss"] for r in a if r["step"] != cut] == [
+        r["loss"] for r in b_logged if r["step"] != cut
+    ]
+    weights = [
+        load_checkpoint(run / "checkpoints/latest.pt")["model"] for run in (straight, stopped)
+    ]
+    assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
+
+
+@pytest.fixture(scope="module")
+def straight_run(tmp_path_factory):
+    """80 steps of the tiny preset, uninterrupted, through the command line."""
+    out = tmp_path_factory.mktemp("straight") / "run"
+    cli_train(out, 80, "--log-every", "5", "--save-every", "1000")
+    return out
+
+
+@pytest.mark.parametrize(
+    ("signum", "status", "times"), [(signal.SIGTERM, 143, 1), (signal.SIGINT, 130, 2)]
+)
+def test_a_signal_saves_the_step_it_stopped_at_and_the_resume_is_exact(
+    tmp_path, straight_run, signum, status, times
+):
+    """SIGTERM once; SIGINT twice, as an impatient Ctrl-C: the second is noted and ignored."""
+    out, flags = tmp_path / "stopped", ("--log-every", "5", "--save-every", "1000")
+    done = stopped_by(train_command(out, 80, *flags), out, signum, times=times)
+    assert done.returncode == status, done.stderr[-3000:]
+    last, ckpt = records(out)[-1], load_checkpoint(out / "checkpoints/latest.pt")
+    name = signal.Signals(signum).name
+    assert last["stopped_by"] == name and "val_loss" in last
+    assert ckpt["step"] == last["step"] < 80  # only the stop saved (save_every is 1000)
+    assert f"stopped by {name} at step {last['step']}" in done.stderr and "--resume" in done.stderr
+    assert ("again: already stopping" in done.stderr) == (times > 1)
+    cli_train(out, 80, *flags, "--resume")
+    assert_resumed_exactly(straight_run, out, 5)
+
+
+def test_torchrun_ranks_stop_together_on_a_signal_and_resume_exactly(tmp_path):
+    """torchrun passes SIGTERM on to both processes (and exits 1 itself); the ranks agree at the
+    next log point, rank 0 saves that step, and the resumed run equals an uninterrupted one."""
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+    flags = ("--device", "cpu", "--log-every", "4", "--save-every", "1000")
+    env = QUIET | {"OMP_NUM_THREADS": "1"}
+    straight, stopped = tmp_path / "straight", tmp_path / "stopped"
+
+    def ddp(out, *extra: str) -> None:
+        command = launcher + train_command(out, 40, *flags, *extra)[1:]
+        done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+
+    ddp(straight)
+    command = launcher + train_command(stopped, 40, *flags)[1:]
+    done = stopped_by(command, stopped, signal.SIGTERM, env)
+    assert "stopped by SIGTERM" in done.stderr, done.stderr[-3000:]
+    last, ckpt = records(stopped)[-1], load_checkpoint(stopped / "checkpoints/latest.pt")
+    assert ckpt["step"] == last["step"] < 40 and last["step"] % 4 == 0
+    assert last["stopped_by"] == "SIGTERM" and ckpt["world_size"] == 2
+    ddp(stopped, "--resume")
+    assert_resumed_exactly(straight, stopped, 4)
+
+
+def test_a_damaged_latest_checkpoint_falls_back_to_the_newest_readable_one(tmp_path):
+    cfg = tiny(tmp_path, "run", max_steps=6, save_every=2, log_every=2)
+    train(cfg)
+    latest = tmp_path / "run/checkpoints/latest.pt"
+    os.truncate(latest, latest.stat().st_size // 2)  # latest.pt is step 6 (a hard link): both cut
+    with pytest.warns(UserWarning, match=r"latest.pt cannot be read; resuming from .*step_0000004"):
+        summary = train(tiny(tmp_path, "run", max_steps=8, save_every=2, log_every=2, resume=True))
+    assert summary["step"] == 8 and [r["step"] for r in records(cfg.out)] == [2, 4, 6, 8]
+    straight = tiny(tmp_path, "straight", max_steps=8, save_every=2, log_every=2)
+    train(straight)
+    assert [r["loss"] for r in records(cfg.out)] == [r["loss"] for r in records(straight.out)]
+    for path in (tmp_path / "run/checkpoints").iterdir():
+        path.write_bytes(b"not a checkpoint")
+    with pytest.raises(RuntimeError, match=r"no checkpoint in .* can be read: latest.pt"):
+        train(tiny(tmp_path, "run", max_steps=10, resume=True))
 
 
 def test_exact_resume_through_the_cli(tmp_path):
@@ -275,7 +385,7 @@ def test_exact_resume_through_the_cli(tmp_path):
     cli_train(tmp_path / "A", 60, "--log-every", "5", "--eval-every", "20")
     cli_train(tmp_path / "B", 30, "--log-every", "5", "--eval-every", "20")
     cli_train(tmp_path / "B", 60, "--log-every", "5", "--eval-every", "20", "--resume")
-    a, b = (records(TrainConfig(max_steps=1, out=str(tmp_path / run))) for run in ("A", "B"))
+    a, b = (records(tmp_path / run) for run in ("A", "B"))
     assert [r["step"] for r in a] == [r["step"] for r in b] == list(range(5, 61, 5))
     assert [r["loss"] for r in a] == [r["loss"] for r in b]
     val = [{r["step"]: r["val_loss"] for r in run if "val_loss" in r} for run in (a, b)]
@@ -315,8 +425,8 @@ def test_max_seconds_stops_at_the_first_log_point_past_it(tmp_path, monkeypatch)
     cfg = tiny(tmp_path, "boxed", max_steps=1000, max_seconds=3.2, log_every=2, save_every=1000)
     summary = train(cfg)
     assert summary["step"] == 8 and summary["wall_s"] == 4.0  # 3.0 s at step 6, 4.0 s at 8
-    assert [r["step"] for r in records(cfg)] == [2, 4, 6, 8]
-    assert "val_loss" in records(cfg)[-1]  # the end of a run: validated and saved
+    assert [r["step"] for r in records(cfg.out)] == [2, 4, 6, 8]
+    assert "val_loss" in records(cfg.out)[-1]  # the end of a run: validated and saved
     assert load_checkpoint(f"{cfg.out}/checkpoints/latest.pt")["step"] == 8
 
 
@@ -346,9 +456,9 @@ def test_tokens_per_second_counts_the_steps_of_the_window_only(tmp_path, monkeyp
     monkeypatch.setattr(loop, "evaluate_loss", evaluate)
     cfg = tiny(tmp_path, "clock", max_steps=12, log_every=4, eval_every=6, save_every=3)
     train(cfg)
-    logged = [r for r in records(cfg) if "loss" in r]
+    logged = [r for r in records(cfg.out) if "loss" in r]
     assert [r["step"] for r in logged] == [4, 8, 12]
     for r in logged:
         assert 0 < r["target_tokens"] <= 4 * 300
         assert r["tokens_per_s"] == pytest.approx(r["target_tokens"] / 2.0, abs=0.1)
-    assert [r["step"] for r in records(cfg) if "val_loss" in r] == [6, 12]
+    assert [r["step"] for r in records(cfg.out) if "val_loss" in r] == [6, 12]

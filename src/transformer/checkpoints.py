@@ -8,6 +8,7 @@ __all__ = [
     "check_config",
     "step_checkpoints",
     "save_step",
+    "load_resumable",
     "rng_state",
     "set_rng_state",
     "trim_metrics",
@@ -17,6 +18,7 @@ __all__ = [
 import json
 import os
 import shutil
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -84,6 +86,32 @@ def save_step(out: str | Path, step: int, state: dict, keep: int) -> Path:
     for old in step_checkpoints(out)[:-keep]:
         old.unlink()
     return latest
+
+
+def load_resumable(out: str | Path) -> tuple[dict, Path]:
+    """The checkpoint a resume of run folder `out` starts from, and its path: latest.pt, or, if
+    that is missing or damaged (a truncated file), the newest step checkpoint that loads, with a
+    warning naming both files."""
+    latest = Path(out) / "checkpoints" / "latest.pt"
+    damaged = []
+    for path in [latest, *reversed(step_checkpoints(out))]:
+        if not path.is_file():
+            continue
+        try:
+            ckpt = load_checkpoint(path)
+        except Exception as err:  # torch.load fails in several ways on a damaged file
+            damaged.append(f"{path.name} ({type(err).__name__})")
+            continue
+        if path != latest:
+            problem = "cannot be read" if latest.name in damaged[0] else "is missing"
+            warnings.warn(f"{latest} {problem}; resuming from {path} instead", stacklevel=2)
+        return ckpt, path
+    if damaged:
+        raise RuntimeError(
+            f"no checkpoint in {latest.parent} can be read: {', '.join(damaged)}; "
+            "train afresh in another output folder"
+        )
+    raise FileNotFoundError(f"no checkpoint at {latest}")
 
 
 def rng_state(device: torch.device) -> dict:

@@ -15,6 +15,8 @@ __all__ = [
     "run_evaluate",
     "add_record_parser",
     "run_record",
+    "add_ship_parser",
+    "run_ship",
     "add_search_parser",
     "run_search",
     "build_parser",
@@ -25,6 +27,7 @@ __all__ = [
 import argparse
 import json
 import os
+import signal
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import fields
@@ -36,8 +39,9 @@ import torch
 from .data import SPLIT_SIZES
 from .devices import resolve_device
 from .evaluation import evaluate_split, load_model, tokenizer_of, translate
-from .loop import train
+from .loop import STOP_SIGNALS, train
 from .model import Transformer
+from .pretrained import WEIGHTS, load_pretrained, ship
 from .results import checkpoint_paths, record_run, write_result
 from .search import search
 from .tokenizer import Tokenizer
@@ -128,7 +132,8 @@ def add_train_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def run_train(args: argparse.Namespace) -> int:
-    """Build the TrainConfig (its checks become argparse errors) and train."""
+    """Build the TrainConfig (its checks become argparse errors) and train. The exit status is 0,
+    or 130 after SIGINT and 143 after SIGTERM (the run saved where it stopped)."""
     names = {f.name for f in fields(TrainConfig)}
     try:
         cfg = TrainConfig(**{k: v for k, v in vars(args).items() if k in names})
@@ -137,7 +142,8 @@ def run_train(args: argparse.Namespace) -> int:
     summary = train(cfg, args.started)
     if int(os.environ.get("RANK", "0")) == 0:
         print(json.dumps(summary))
-    return 0
+    stopped = summary["stopped_by"]  # after a signal, exit as it would have: 128 + its number
+    return 128 + signal.Signals[stopped] if stopped in STOP_SIGNALS else 0
 
 
 # %% ../../notebooks/13_gpu_training.ipynb #9b02cf8a
@@ -151,16 +157,8 @@ def _add_max_sentences(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _add_checkpoint_arguments(
-    p: argparse.ArgumentParser, average: int, checkpoint: bool = True
-) -> None:
-    """The flags that choose a model and how it decodes, shared by translate/evaluate/record."""
-    if checkpoint:  # record takes a run folder as its positional argument instead
-        p.add_argument(
-            "--checkpoint",
-            required=True,
-            help="a checkpoint file, or a run folder that train wrote",
-        )
+def _add_decoding_arguments(p: argparse.ArgumentParser, average: int) -> None:
+    """How a run's checkpoints become a model, and how it decodes: --average, --beam, --alpha."""
     p.add_argument(
         "--average",
         type=positive_int,
@@ -171,16 +169,34 @@ def _add_checkpoint_arguments(
     p.add_argument(
         "--alpha", type=non_negative_float, default=0.6, help="length penalty exponent (eq. lp)"
     )
+
+
+def _add_checkpoint_arguments(
+    p: argparse.ArgumentParser, average: int, checkpoint: bool = True
+) -> None:
+    """The flags that choose a model and how it decodes, shared by translate/evaluate/record."""
+    if checkpoint:  # record takes a run folder as its positional argument instead
+        which = p.add_mutually_exclusive_group(required=True)
+        which.add_argument(
+            "--checkpoint", help="a checkpoint file, or a run folder that train wrote"
+        )
+        which.add_argument(
+            "--model", help="a translator shipped with the package: en-de or de-en (see ship)"
+        )
+    _add_decoding_arguments(p, average)
     p.add_argument(
         "--device", type=device_name, default="auto", help="auto (CUDA if available), cpu, ..."
     )
 
 
-def _load(args: argparse.Namespace) -> tuple[Transformer, dict, Tokenizer]:
-    model, ckpt = load_model(
-        checkpoint_paths(args.checkpoint, args.average), resolve_device(args.device)
-    )
-    return model, ckpt, tokenizer_of(ckpt)
+def _load(args: argparse.Namespace) -> tuple[Transformer, Tokenizer, str, str]:
+    """(model, tokenizer, source language, target language) of --checkpoint or --model."""
+    device = resolve_device(args.device)
+    if args.model:
+        shipped = load_pretrained(args.model, device)
+        return shipped.model, shipped.tokenizer, *args.model.split("-")
+    model, ckpt = load_model(checkpoint_paths(args.checkpoint, args.average), device)
+    return model, tokenizer_of(ckpt), ckpt["train_config"]["src"], ckpt["train_config"]["tgt"]
 
 
 def add_translate_parser(commands: argparse._SubParsersAction) -> None:
@@ -198,7 +214,7 @@ def add_translate_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def run_translate(args: argparse.Namespace) -> int:
-    model, _, tokenizer = _load(args)
+    model, tokenizer, _, _ = _load(args)
     sentences = args.sentences or sys.stdin.read().splitlines()
     for line in translate(model, tokenizer, sentences, args.beam, length_penalty=args.alpha):
         print(line)
@@ -226,8 +242,7 @@ def add_evaluate_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def run_evaluate(args: argparse.Namespace) -> int:
-    model, ckpt, tokenizer = _load(args)
-    src, tgt = ckpt["train_config"]["src"], ckpt["train_config"]["tgt"]
+    model, tokenizer, src, tgt = _load(args)
     scored = evaluate_split(
         model, tokenizer, args.split, src, tgt, args.beam, length_penalty=args.alpha
     )
@@ -282,6 +297,29 @@ def run_record(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_ship_parser(commands: argparse._SubParsersAction) -> None:
+    p = _subcommand(
+        commands,
+        "ship",
+        run_ship,
+        help="store a finished run's model in the package, for translate --model",
+        description="Average a run's last checkpoints and store the model in a weights folder "
+        "(by default the package's own): int8 matrices with a float16 scale per row in "
+        "safetensors, the run's SentencePiece model, and manifest.json with both files' "
+        "SHA-256 sums, the model config and the decoding settings given here.",
+    )
+    p.add_argument("run_dir", metavar="RUN", help="the run folder that train wrote (its --out)")
+    p.add_argument("--out", default=str(WEIGHTS), help="the weights folder to write into")
+    _add_decoding_arguments(p, average=5)
+
+
+def run_ship(args: argparse.Namespace) -> int:
+    entry = ship(args.run_dir, args.average, args.beam, args.alpha, args.out)
+    size = (Path(args.out) / entry["weights"]).stat().st_size
+    print(f"{entry['weights']}: {size / 1e6:.1f} MB, SHA-256 {entry['weights_sha256']}")
+    return 0
+
+
 # %% ../../notebooks/13_gpu_training.ipynb #8a363879
 def add_search_parser(commands: argparse._SubParsersAction) -> None:
     p = _subcommand(
@@ -329,6 +367,7 @@ SUBCOMMANDS = [
     add_translate_parser,
     add_evaluate_parser,
     add_record_parser,
+    add_ship_parser,
     add_search_parser,
 ]
 

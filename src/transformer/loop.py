@@ -2,13 +2,15 @@
 
 # %% auto #0
 __all__ = [
+    "STOP_SIGNALS",
     "Window",
     "Run",
     "start_run",
     "resume",
     "save",
     "log_point",
-    "out_of_time",
+    "StopSignals",
+    "stop_reason",
     "run_steps",
     "compiled_graphs",
     "train",
@@ -17,6 +19,10 @@ __all__ = [
 # %% ../../notebooks/11_training.ipynb #51aeeb05
 import json
 import math
+import os
+import signal
+import sys
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -82,6 +88,7 @@ class Run:
     step: int = 0
     wall_before: float = 0.0  # seconds spent in earlier sessions of a resumed run
     started: float = field(default_factory=time.perf_counter)
+    stopped_by: str | None = None  # what ended the run early: SIGINT, SIGTERM or max_seconds
 
     @property
     def out(self) -> Path:
@@ -161,8 +168,9 @@ def start_run(
 
 # %% ../../notebooks/11_training.ipynb #7cac52b1
 def resume(run: Run) -> None:
-    """Load latest.pt into `run`: weights, optimizer, schedule, data position, random state."""
-    ckpt = checkpoints.load_checkpoint(run.latest)
+    """Load the run's checkpoint (latest.pt, or the newest one that loads) into `run`: weights,
+    optimizer, schedule, data position, random state."""
+    ckpt, _ = checkpoints.load_resumable(run.out)
     checkpoints.check_config(ckpt["model_config"], asdict(run.model_cfg), "model")
     data_fields = ("src", "tgt", "seed", "token_budget", "vocab_size")
     checkpoints.check_config(
@@ -225,6 +233,8 @@ def log_point(run: Run, window: Window, lr: float, since: float, final: bool) ->
         record |= {"epoch": run.data.epoch, "loss": round(loss_sum / steps, 6), "lr": lr}
         record |= {"target_tokens": int(tokens), "tokens_per_s": round(tokens / seconds, 1)}
         window.reset()
+    if final and run.stopped_by:
+        record["stopped_by"] = run.stopped_by
     if run.rank == 0 and (run.step % cfg.eval_every == 0 or final):
         amp_dtype = autocast_dtype(run.device, cfg.amp)
         val_loss = evaluate_loss(run.model, run.val_data, cfg.label_smoothing, amp_dtype)
@@ -238,16 +248,47 @@ def log_point(run: Run, window: Window, lr: float, since: float, final: bool) ->
 
 
 # %% ../../notebooks/11_training.ipynb #641efd49
-def out_of_time(run: Run) -> bool:
-    """Whether run.cfg.max_seconds have passed; under DDP rank 0's clock decides for all ranks."""
-    if run.cfg.max_seconds is None:
-        return False
-    up = run.wall() >= run.cfg.max_seconds  # the host's clock: no device value is read
-    if run.world_size > 1:  # so that every rank stops at the same step
-        flag = torch.tensor(float(up), device=run.device)
-        dist.broadcast(flag, src=0)
-        up = bool(flag.item())
-    return up
+STOP_SIGNALS = ("SIGINT", "SIGTERM")  # after these a run saves where it is, then stops
+
+
+class StopSignals:
+    """Inside `with`, SIGINT (Ctrl-C, a notebook's interrupt) and SIGTERM (a scheduler's time
+    limit, a preemption) only note that the run should stop; the loop then stops at the end of
+    its step and saves. A second signal while it saves is noted and ignored: the files stay whole.
+    Handlers can only be set in the main thread; elsewhere the signals keep their usual effect."""
+
+    def __init__(self):
+        self.signum, self.previous = 0, {}
+
+    def __enter__(self) -> "StopSignals":
+        if threading.current_thread() is threading.main_thread():
+            for name in STOP_SIGNALS:
+                self.previous[name] = signal.signal(signal.Signals[name], self.note)
+        return self
+
+    def note(self, signum: int, frame) -> None:
+        if self.signum:  # os-level write: safe even if the handler interrupted a print
+            name = signal.Signals(signum).name
+            os.write(2, f"{name} again: already stopping, the checkpoint is being saved\n".encode())
+        self.signum = self.signum or signum
+
+    def __exit__(self, *exc) -> None:
+        for name, handler in self.previous.items():
+            signal.signal(signal.Signals[name], handler)
+
+
+def stop_reason(run: Run, signum: int) -> str | None:
+    """Why the run should end after this step, if it should: a signal that any rank caught, or
+    max_seconds passed on rank 0's clock (the host's: no device value is read for it). Under DDP
+    the ranks agree here with one collective, so that every rank stops at the same step."""
+    up = run.rank == 0 and run.cfg.max_seconds is not None and run.wall() >= run.cfg.max_seconds
+    if run.world_size > 1:
+        flags = torch.tensor([float(up), float(signum)], device=run.device)
+        dist.all_reduce(flags, dist.ReduceOp.MAX)
+        up, signum = (int(flag) for flag in flags.tolist())
+    if signum:
+        return signal.Signals(signum).name
+    return "max_seconds" if up else None
 
 
 def run_steps(run: Run, total: float) -> dict:
@@ -263,30 +304,38 @@ def run_steps(run: Run, total: float) -> dict:
         disable=run.rank != 0 or None,
     )
     window, clock, record = Window(run.device), time.perf_counter(), {}
-    while run.step < total:
-        for batch in run.data:
-            lr = run.optimizer.param_groups[0]["lr"]
-            args = (cfg.label_smoothing, cfg.clip, amp_dtype)
-            if cfg.cuda_graphs:  # this step's graph may reuse the memory of the last one's
-                torch.compiler.cudagraph_mark_step_begin()
-            loss = train_step(run.net, batch, run.optimizer, run.scheduler, *args)
-            run.step += 1
-            window.add(run.step, loss, (batch.tgt_out != PAD_ID).sum())
-            cadences = (cfg.log_every, cfg.eval_every, cfg.save_every)
-            if run.step % cfg.log_every == 0 and out_of_time(run):
-                total = run.step  # this step is the last
-            if run.step == total or any(run.step % n == 0 for n in cadences):
-                paused = time.perf_counter()
-                new = log_point(run, window, lr, clock, final=run.step == total)
-                if "loss" in new:  # a new window starts; evaluation and saving never count
-                    clock, record = time.perf_counter(), new
-                    bar.set_postfix(loss=f"{new['loss']:.3f}", tok_s=f"{new['tokens_per_s']:.0f}")
-                else:
-                    clock += time.perf_counter() - paused
-                    record |= new
-            bar.update()
-            if run.step >= total:
-                break
+    with StopSignals() as signals:
+        while run.step < total:
+            for batch in run.data:
+                lr = run.optimizer.param_groups[0]["lr"]
+                args = (cfg.label_smoothing, cfg.clip, amp_dtype)
+                if cfg.cuda_graphs:  # this step's graph may reuse the memory of the last one's
+                    torch.compiler.cudagraph_mark_step_begin()
+                loss = train_step(run.net, batch, run.optimizer, run.scheduler, *args)
+                run.step += 1
+                window.add(run.step, loss, (batch.tgt_out != PAD_ID).sum())
+                # a lone process stops right after the step a signal came in; DDP ranks agree
+                # at the next log point
+                at_log = run.step % cfg.log_every == 0
+                if at_log or (signals.signum and run.world_size == 1):
+                    run.stopped_by = stop_reason(run, signals.signum)
+                    total = run.step if run.stopped_by else total  # this step is the last
+                cadences = (cfg.log_every, cfg.eval_every, cfg.save_every)
+                if run.step == total or any(run.step % n == 0 for n in cadences):
+                    paused = time.perf_counter()
+                    new = log_point(run, window, lr, clock, final=run.step == total)
+                    if "loss" in new:  # a new window starts; evaluation and saving never count
+                        clock, record = time.perf_counter(), new
+                        postfix = dict(
+                            loss=f"{new['loss']:.3f}", tok_s=f"{new['tokens_per_s']:.0f}"
+                        )
+                        bar.set_postfix(postfix)
+                    else:
+                        clock += time.perf_counter() - paused
+                        record |= new
+                bar.update()
+                if run.step >= total:
+                    break
     bar.close()
     return record
 
@@ -309,12 +358,19 @@ def train(cfg: TrainConfig, started: float | None = None) -> dict:
         run = start_run(cfg, rank, world_size, device, started)
         total = min(cfg.max_steps or math.inf, (cfg.epochs or math.inf) * len(run.data))
         last = run_steps(run, total)
+        if run.rank == 0 and run.stopped_by in STOP_SIGNALS:
+            print(
+                f"stopped by {run.stopped_by} at step {run.step}, saved in {run.latest}; to go "
+                "on, run the same command with --resume (in Python: resume=True)",
+                file=sys.stderr,
+            )
         return {
             "step": run.step,
             "loss": last.get("loss"),
             "val_loss": last.get("val_loss"),
             "wall_s": round(run.wall(), 2),
             "epoch": run.data.epoch,
+            "stopped_by": run.stopped_by,
             "checkpoint": str(run.latest),
             "parameters": sum(p.numel() for p in run.model.parameters()),
             "batch_shapes": len(run.data.shapes),

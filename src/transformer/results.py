@@ -98,10 +98,12 @@ def missing_keys(result: dict) -> list[str]:
 
 
 def write_result(result: dict, path: str | Path) -> Path:
-    """Check the keys, then write the JSON atomically (chapter 11's atomic_write)."""
+    """Check the keys, then write the JSON atomically (chapter 11's atomic_write), compact: the
+    attention of a record is most of it, hundreds of thousands of weights."""
     if missing := missing_keys(result):
         raise ValueError(f"the result lacks {', '.join(missing)}; nothing was written")
-    return atomic_write(path, lambda tmp: tmp.write_text(json.dumps(result, indent=1) + "\n"))
+    text = json.dumps(result, ensure_ascii=False, separators=(",", ":")) + "\n"
+    return atomic_write(path, lambda tmp: tmp.write_text(text))
 
 
 def load_results(folder: str | Path = "results") -> list[dict]:
@@ -209,9 +211,10 @@ def logged_curves(run_dir: str | Path, last_step: int) -> tuple[dict, float]:
 
 
 # %% ../../notebooks/13_gpu_training.ipynb #5a71f2f1
-# test_2016_flickr sentences whose attention every record keeps: a short one, and one where
-# a pronoun must find its noun ("her" is the girl's, not the boy's; German: "ihrem")
-ATTENTION_SENTENCES = (8, 444)
+# test_2016_flickr sentences whose attention every record keeps: a short one; one where a pronoun
+# must find its noun ("her" is the girl's, not the boy's; German: "ihrem"); the longest (33
+# pieces, with another "her"); and the other nine of the first ten, the samples of the record
+ATTENTION_SENTENCES = (8, 444, 65, 0, 1, 2, 3, 4, 5, 6, 7, 9)
 
 
 def attention_record(

@@ -1,0 +1,133 @@
+"""The translators shipped in the package (transformer/weights, written by `ship`): they load
+from their checked files, translate deterministically, keep the BLEU that ship measured, refuse
+damaged files, and travel with a pip install."""
+
+import json
+import shutil
+import subprocess
+import sys
+import zipfile
+
+import pytest
+
+from transformer.pretrained import MANIFEST, WEIGHTS, load_pretrained, read_manifest
+from transformer.results import load_results
+
+DIRECTIONS = ("de-en",)  # English→German follows when its CPU run is recorded
+
+
+@pytest.fixture(scope="module", params=DIRECTIONS)
+def shipped(request):
+    return load_pretrained(request.param)
+
+
+def test_every_direction_is_shipped_small_with_its_files():
+    manifest = read_manifest()
+    assert sorted(manifest) == sorted(DIRECTIONS)
+    for direction, entry in manifest.items():
+        files = [WEIGHTS / entry["weights"], WEIGHTS / entry["tokenizer"]]
+        assert sum(f.stat().st_size for f in files) <= 8_000_000, direction
+        assert entry["trained_on"].startswith("cpu")
+
+
+def test_shipped_models_translate_deterministically_and_keep_their_bleu(shipped):
+    sentences = ["A man is riding a bike.", "Zwei Hunde spielen im Schnee."]
+    first, again = shipped.translate(sentences), shipped.translate(sentences)
+    assert first == again and all(first)
+    check = read_manifest()[shipped.direction]["check"]
+    assert check["split"] == "val" and check["sentences"] == 200
+    # the number ship stored, recomputed from the shipped files; float noise may move a word
+    assert shipped.check_bleu() == pytest.approx(check["bleu_lc"], abs=0.5)
+    recorded = {r["direction"]: r for r in load_results() if r["device"].startswith("cpu")}
+    full_val = recorded[shipped.direction]["bleu"]["val"]["sacrebleu_lc"]
+    assert check["bleu_lc"] > full_val - 5  # int8 storage costs little
+
+
+@pytest.fixture
+def copy_of_weights(tmp_path):
+    root = tmp_path / "weights"
+    shutil.copytree(WEIGHTS, root)
+    return root, read_manifest(root)[DIRECTIONS[0]]
+
+
+def test_a_missing_truncated_or_altered_file_is_refused(copy_of_weights):
+    root, entry = copy_of_weights
+    weights, expected = root / entry["weights"], entry["weights_sha256"]
+    data = weights.read_bytes()
+    weights.write_bytes(data[: len(data) // 2])
+    with pytest.raises(ValueError, match=rf"{weights.name} is damaged or altered.*{expected}"):
+        load_pretrained(DIRECTIONS[0], root=root)
+    weights.write_bytes(data[:-1] + bytes([data[-1] ^ 1]))
+    with pytest.raises(ValueError, match=rf"damaged or altered.*expected {expected}"):
+        load_pretrained(DIRECTIONS[0], root=root)
+    weights.unlink()
+    with pytest.raises(FileNotFoundError, match=rf"{weights.name} is missing.*{expected}"):
+        load_pretrained(DIRECTIONS[0], root=root)
+    (root / entry["tokenizer"]).write_text("not a SentencePiece model")
+    weights.write_bytes(data)
+    with pytest.raises(ValueError, match=rf"{entry['tokenizer']} is damaged or altered"):
+        load_pretrained(DIRECTIONS[0], root=root)
+    with pytest.raises(ValueError, match="no model shipped for 'en-fr'; shipped: "):
+        load_pretrained("en-fr", root=root)
+
+
+def test_weights_of_another_configuration_are_refused(copy_of_weights):
+    root, entry = copy_of_weights
+    manifest = read_manifest(root)
+    manifest[DIRECTIONS[0]]["model_config"]["d_ff"] *= 2
+    (root / MANIFEST).write_text(json.dumps(manifest))
+    with pytest.raises(
+        ValueError,
+        match=rf"{DIRECTIONS[0]}.safetensors \(SHA-256 {entry['weights_sha256']}\) does not fit",
+    ):
+        load_pretrained(DIRECTIONS[0], root=root)
+
+
+def test_the_command_line_translates_with_a_shipped_model():
+    done = subprocess.run(
+        [sys.executable, "-m", "transformer", "translate", "--model", "de-en", "Ein Hund rennt."],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == load_pretrained("de-en").translate(["Ein Hund rennt."])[0]
+
+
+def test_a_pip_install_brings_the_weights(tmp_path):
+    """A wheel built from the repository holds the weights; installed on its own, it loads."""
+    build = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q"]
+    done = subprocess.run(
+        [*build, "-w", str(tmp_path), str(WEIGHTS.parents[2])], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    (wheel,) = tmp_path.glob("transformer-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    for entry in read_manifest().values():
+        assert f"transformer/weights/{entry['weights']}" in names
+        assert f"transformer/weights/{entry['tokenizer']}" in names
+    zipfile.ZipFile(wheel).extractall(tmp_path / "site")
+    code = "from transformer.pretrained import load_pretrained, WEIGHTS; print(WEIGHTS); "
+    code += "print(load_pretrained('de-en').translate(['Ein Hund rennt.'])[0])"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-I",
+            "-c",
+            f"import sys; sys.path.insert(0, {str(tmp_path / 'site')!r}); {code}",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(str(tmp_path / "site")) and done.stdout.split("\n")[1]
+
+
+def test_the_cpu_records_of_the_shipped_models_are_complete():
+    """results/cpu-*.json, written by record: every required key (load_results checks them),
+    the CPU as device, whole splits scored, ten samples and twelve attention sentences."""
+    records = {r["direction"]: r for r in load_results() if r["file"].startswith("cpu-")}
+    assert sorted(records) == sorted(DIRECTIONS)
+    for r in records.values():
+        assert r["device"].startswith("cpu") and r["config"]["decoding"]["max_sentences"] is None
+        assert len(r["samples"]) == 10 and len(r["attention"]) == 12
+        assert r["steps"] == read_manifest()[r["direction"]]["steps"]  # the shipped model's run
