@@ -173,6 +173,9 @@ class AttentionExplorer:
     def _repr_html_(self) -> str:
         return self.html
 
+    def __repr__(self) -> str:  # where no HTML is shown: a plain console
+        return f"AttentionExplorer ({len(self.html):,} bytes of HTML)"
+
 
 def explore(
     translators: Sequence[Pretrained], sentences: Mapping[str, Sequence[str]], element_id=None
