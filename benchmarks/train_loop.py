@@ -4,7 +4,8 @@ The loop runs as users run it, for --steps steps of a preset on Multi30k, with t
 device values only at its log points. The first --warmup steps (compilation, allocator warm-up)
 are left out of the rates. Printed:
 
-- target tokens/s and steps/s of the loop;
+- target tokens/s and steps/s of the loop, and its mean training loss over the timed steps (the
+  same batches in the same order for every option, so bf16 or compile should not move it);
 - FLOPs per second, counted by PyTorch's FlopCounterMode for every batch shape the loop ran
   (padding included), and the model FLOPs utilisation (MFU) against the device's dense bf16
   peak on a GPU we know (fp32 peak: not tabulated; MFU is then left out);
@@ -54,7 +55,13 @@ from transformer.devices import (
 from transformer.loop import Run, compiled_graphs, run_steps, start_run
 from transformer.results import provenance
 from transformer.tokenizer import PAD_ID
-from transformer.training import PRESETS, TrainConfig, label_smoothed_loss, train_step
+from transformer.training import (
+    PRESETS,
+    TrainConfig,
+    label_smoothed_loss,
+    train_argv,
+    train_step,
+)
 
 
 def synchronize(device: torch.device) -> None:
@@ -119,6 +126,7 @@ def run_loop(cfg: TrainConfig, warmup: int) -> dict:
         "flops": sum(flops[tuple(b.src.shape)] for b in batches),
         "host_reads": {k: v for k, v in reads.items() if k not in log_points},
         "shapes": sorted({tuple(b.src.shape) for b in batches}),
+        "loss": last["loss"],  # the mean training loss of the timed steps
     }
 
 
@@ -145,11 +153,9 @@ def seconds_to_step_10(cfg: TrainConfig) -> float:
     step 10 (no evaluation or checkpoint falls on that step); the process is then stopped."""
     with tempfile.TemporaryDirectory() as tmp:
         metrics = Path(tmp, "run", "metrics.jsonl")
-        argv = [sys.executable, "-m", "transformer", "train", "--preset", cfg.preset]
-        argv += ["--max-steps", "1000", "--log-every", "10", "--eval-every", "1000"]
-        argv += ["--save-every", "1000", "--out", str(metrics.parent), "--device", cfg.device]
-        argv += ["--compile"] if cfg.compile else []
-        argv += ["--cuda-graphs"] if cfg.cuda_graphs else []
+        cadences = dict(max_steps=1000, log_every=10, eval_every=1000, save_every=1000)
+        run = dataclasses.replace(cfg, out=str(metrics.parent), **cadences)
+        argv = [sys.executable, "-m", "transformer", "train", *train_argv(run)]
         env = os.environ | {"TQDM_DISABLE": "1"}
         start = time.perf_counter()
         log = Path(tmp, "stderr.txt")
@@ -208,6 +214,7 @@ def main() -> None:
         "cuda_graphs": args.cuda_graphs,
         "amp": autocast_dtype(device, True) is not None,  # bf16 autocast
         "steps_timed": loop["steps"],
+        "loss_of_timed_steps": round(loop["loss"], 4),  # same seed: comparable across options
         "target_tokens_per_s": round(rate, 1),
         "steps_per_s": round(loop["steps"] / loop["seconds"], 2),
         "tflops": round(loop["flops"] / loop["seconds"] / 1e12, 3),

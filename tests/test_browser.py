@@ -2,7 +2,8 @@
 
 How it works
 - The book is built strictly (`jupyter-book build -W -n --keep-going`) into a temporary folder,
-  so the check always sees the sources as they are now, never a stale `_build/`. Setting
+  once per test session (conftest.py's `book_html`, shared with tests/test_explorer.py), so the
+  check always sees the sources as they are now, never a stale `_build/`. Setting
   `BOOK_HTML=_build/html` checks an existing build instead (the deploy workflow does this, to
   check the very files it publishes).
 - Playwright drives the system's Chromium (`CHROMIUM_PATH`, else `chromium`, `google-chrome` or
@@ -25,9 +26,7 @@ How it works
   it as an artifact).
 """
 
-import os
 import re
-import shutil
 import socket
 import subprocess
 import sys
@@ -39,17 +38,10 @@ from urllib.request import urlopen
 import pytest
 import yaml
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
-from playwright.sync_api import sync_playwright
 
 ROOT = Path(__file__).resolve().parents[1]
 SCREENSHOTS = ROOT / "_build" / "screenshots"
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
 LOCAL_SCHEMES = {"file", "data", "about"}
-INSTALL_HINT = (
-    "tests/test_browser.py needs Chromium and found none. Install Debian's package "
-    "(`sudo apt-get install chromium`; `bash .ci/run` does this itself), or point CHROMIUM_PATH "
-    "at a Chromium or Chrome executable."
-)
 
 
 def toc_pages() -> list[str]:
@@ -78,47 +70,6 @@ def launch_urls(notebook: str) -> list[str]:
         f"{launch['colab_url']}/github/{repository}/blob/{branch}/{notebook}.ipynb",
         f"{launch['binderhub_url']}/v2/gh/{repository}/{branch}?urlpath=lab/tree/{notebook}.ipynb",
     ]
-
-
-def find_chromium() -> str | None:
-    if path := os.environ.get("CHROMIUM_PATH"):
-        return path
-    for name in ("chromium", "google-chrome", "google-chrome-stable", "chromium-browser"):
-        if found := shutil.which(name):
-            return found
-    return None
-
-
-@pytest.fixture(scope="module")
-def book_html(tmp_path_factory) -> Path:
-    if existing := os.environ.get("BOOK_HTML"):
-        html = Path(existing).resolve()
-        assert (html / "index.html").is_file(), f"BOOK_HTML={existing} holds no built book"
-        return html
-    out = tmp_path_factory.mktemp("book")
-    jupyter_book = Path(sys.executable).with_name("jupyter-book")
-    command = [str(jupyter_book) if jupyter_book.exists() else "jupyter-book", "build", str(ROOT)]
-    command += ["-W", "-n", "--keep-going", "--path-output", str(out)]
-    result = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
-    assert result.returncode == 0, (
-        "the strict book build failed:\n" + (result.stdout + result.stderr)[-6000:]
-    )
-    return out / "_build" / "html"
-
-
-@pytest.fixture(scope="module")
-def browser():
-    executable = find_chromium()
-    if executable is None:  # a fresh machine may lack it; CI (CI=true) must not skip the check
-        (pytest.fail if os.environ.get("CI") else pytest.skip)(INSTALL_HINT)
-    if not Path(executable).exists():
-        pytest.fail(f"CHROMIUM_PATH={executable} does not exist. {INSTALL_HINT}", pytrace=False)
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=executable, headless=True, args=CHROMIUM_FLAGS
-        )
-        yield browser
-        browser.close()
 
 
 class Visit:

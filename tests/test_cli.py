@@ -3,7 +3,7 @@ import json
 import os
 import subprocess
 import sys
-from dataclasses import asdict, fields
+from dataclasses import asdict, fields, replace
 
 import pytest
 import torch
@@ -12,7 +12,7 @@ from transformer import evaluation, results
 from transformer.cli import build_parser, main
 from transformer.results import load_results, missing_keys, train_command
 from transformer.search import read_grid, read_trials
-from transformer.training import TrainConfig
+from transformer.training import TrainConfig, train_argv
 
 
 def error_of(argv: list[str], capsys) -> str:
@@ -96,18 +96,40 @@ def test_torchrun_two_cpu_processes_with_gloo(tmp_path):
     ]
 
 
-def test_train_command_rebuilds_the_run_flag_for_flag():
-    switches = dict(amp=False, compile=True, cuda_graphs=True)  # all off their defaults
-    sizes = dict(d_model=96, n_heads=3, d_ff=200, n_layers=5, vocab_size=4000)
-    dropouts = dict(dropout=0.3, attention_dropout=0.0, activation_dropout=0.15)
-    cfg = TrainConfig(
-        src="de", tgt="en", epochs=3, max_seconds=110.5, token_budget=700, **switches, **sizes
-    )
-    cfg = TrainConfig(**asdict(cfg) | dropouts)
-    argv = train_command(asdict(cfg)).split()[3:]  # past "python -m transformer"
-    args = build_parser().parse_args(argv)
-    rebuilt = TrainConfig(**{k: v for k, v in vars(args).items() if k in asdict(cfg)})
-    assert rebuilt == cfg
+# every TrainConfig field away from its default, and valid together
+EVERY_FIELD_CHANGED = dict(
+    src="fr", tgt="cs", preset="small", d_model=96, n_heads=3, d_ff=200, n_layers=5,
+    vocab_size=4000, max_steps=7, epochs=3, max_seconds=110.5, seed=11, out="elsewhere",
+    resume=True, device="cpu", token_budget=700, warmup=30, lr_factor=0.35,
+    label_smoothing=0.2, dropout=0.3, attention_dropout=0.0, activation_dropout=0.15, clip=0.5,
+    amp=False, compile=True, cuda_graphs=True, log_every=3, eval_every=9, save_every=4, keep=2,
+)  # fmt: skip
+
+
+@pytest.mark.parametrize("name", [f.name for f in fields(TrainConfig)])
+def test_train_argv_and_the_parser_round_trip_every_field(name):
+    """train_argv writes a field changed on its own as flags that the train parser reads back
+    into the same TrainConfig; and every field is changed by some case here."""
+    assert set(EVERY_FIELD_CHANGED) == {f.name for f in fields(TrainConfig)}
+    default = TrainConfig(max_steps=1)
+    changes = {name: EVERY_FIELD_CHANGED[name]}
+    changes |= {"compile": True} if name == "cuda_graphs" else {}  # cuda_graphs needs compile
+    changes |= {"tgt": "en"} if name == "src" else {"src": "de"} if name == "tgt" else {}
+    cfg = replace(default, **changes)
+    assert getattr(cfg, name) != getattr(default, name)
+    for config in (cfg, TrainConfig(**EVERY_FIELD_CHANGED)):
+        args = build_parser().parse_args(["train", *train_argv(config)])
+        assert (
+            TrainConfig(**{f.name: getattr(args, f.name, f.default) for f in fields(TrainConfig)})
+            == config
+        )
+
+
+def test_a_records_train_command_starts_the_run_afresh():
+    cfg = asdict(TrainConfig(**EVERY_FIELD_CHANGED))
+    command = train_command(cfg)
+    assert command.startswith("python -m transformer train --src fr --tgt cs --preset small")
+    assert "--resume" not in command and "--no-amp --compile --cuda-graphs" in command
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,7 @@
 """The attention explorer (transformer.explorer, chapter 13): the data it embeds, and the
-fragment in headless Chromium (test_browser's browser: the system's Chromium or $CHROMIUM_PATH),
-on synthetic attention of a 3+3-layer, 8-head model in two directions."""
+fragment in headless Chromium (conftest's browser: the system's Chromium or $CHROMIUM_PATH), on
+synthetic attention of a 3+3-layer, 8-head model in two directions; then chapter 13's explorer
+on the built page (conftest's book_html), against the CPU records in results/."""
 
 import copy
 import json
@@ -11,8 +12,8 @@ import pytest
 import test_browser
 
 from transformer.explorer import DIGITS, SMALL, AttentionExplorer, explorer_html
+from transformer.results import load_results
 
-browser = test_browser.browser  # the fixture: the system's Chromium, or a skip with a hint
 SCREENSHOTS = test_browser.SCREENSHOTS
 PAGE_URL = "http://explorer.invalid/"  # served by the test itself; nothing else may be asked for
 N_ENC, N_DEC, N_HEADS = 3, 3, 8
@@ -356,3 +357,36 @@ def test_screenshot_fits_the_column(directions, load, sentence, kind):
         assert svg["x"] - 0.5 <= left and right <= svg["x"] + svg["width"] + 0.5
         assert svg["y"] - 0.5 <= top and bottom <= svg["y"] + svg["height"] + 0.5
         assert font >= 11
+
+
+# ---------------------------------------------------------------- the built book
+
+
+def test_chapter_13_page_shows_the_records(browser, book_html):
+    """On the built chapter 13, the explorer of the CPU translators draws the records' own
+    weights for every direction, kind, a shallow and the last layer, one head and the mean, on
+    the pronoun sentence and the longest one; it loads nothing and logs no error."""
+    runs = {
+        r["direction"]: r["attention"]
+        for r in load_results(test_browser.ROOT / "results")
+        if r["device"].startswith("cpu")
+    }
+    assert runs, "results/ holds no CPU record"
+    visit = test_browser.Visit(browser, book_html, "notebooks/13_gpu_training")
+    try:
+        page = visit.page
+        page.wait_for_selector("#cpu-attention rect[data-q]")
+        for index, (direction, records) in enumerate(runs.items()):
+            longest = max(range(len(records)), key=lambda i: len(records[i]["source"]))
+            n_layers = len(records[0]["cross"])
+            for sentence in (1, longest):
+                for kind in ("encoder", "decoder", "cross"):
+                    for layer, head in ((1, 2), (n_layers, "mean"), (n_layers, 7)):
+                        choose(page, "cpu-attention", direction=index, sentence=sentence)
+                        choose(page, "cpu-attention", kind=kind, layer=layer, head=head)
+                        selection = (direction, sentence, kind, layer, head)
+                        assert_shows(page, "cpu-attention", runs, *selection)
+    finally:
+        visit.close()
+    assert not visit.blocked, f"requests that would leave the machine: {visit.blocked}"
+    assert not visit.errors, "\n".join(visit.errors)

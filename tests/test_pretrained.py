@@ -8,10 +8,12 @@ import subprocess
 import sys
 import zipfile
 
+import numpy as np
 import pytest
 
+from transformer.explorer import explore
 from transformer.pretrained import MANIFEST, WEIGHTS, load_pretrained, read_manifest
-from transformer.results import load_results
+from transformer.results import attention_record, load_results
 
 DIRECTIONS = ("de-en",)  # English→German follows when its CPU run is recorded
 
@@ -41,6 +43,22 @@ def test_shipped_models_translate_deterministically_and_keep_their_bleu(shipped)
     recorded = {r["direction"]: r for r in load_results() if r["device"].startswith("cpu")}
     full_val = recorded[shipped.direction]["bleu"]["val"]["sacrebleu_lc"]
     assert check["bleu_lc"] > full_val - 5  # int8 storage costs little
+
+
+def test_explore_computes_the_attention_of_the_shipped_model(shipped):
+    """explore's live records (float64) are the float32 model's attention to rounding, on the
+    same translation; a direction without sentences is refused by name."""
+    sentences = ["A dog runs through the snow.", "Ein Mann fährt Fahrrad."]
+    shown = explore([shipped], {shipped.direction: sentences}, "live")
+    beam_size, alpha = shipped.decoding["beam_size"], shipped.decoding["alpha"]
+    plain = attention_record(shipped.model, shipped.tokenizer, sentences, beam_size, alpha)
+    for live, float32 in zip(shown.directions[shipped.direction], plain, strict=True):
+        assert (live["source"], live["output"]) == (float32["source"], float32["output"])
+        for kind in ("encoder", "decoder", "cross"):
+            assert np.abs(np.subtract(live[kind], float32[kind])).max() <= 0.0011, kind
+    assert explore([shipped], {shipped.direction: sentences}, "live").html == shown.html
+    with pytest.raises(ValueError, match=f"no sentences for '{shipped.direction}'; given: xx-yy"):
+        explore([shipped], {"xx-yy": sentences})
 
 
 @pytest.fixture

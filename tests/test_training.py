@@ -1,3 +1,4 @@
+import dataclasses
 import json
 import math
 import os
@@ -16,10 +17,12 @@ from transformer import loop, training
 from transformer.batching import collate
 from transformer.buckets import Buckets
 from transformer.checkpoints import check_config, load_checkpoint, save_checkpoint, step_checkpoints
+from transformer.data import read_sentences
 from transformer.devices import host_reads
+from transformer.evaluation import load_model, tokenizer_of
 from transformer.loop import train
 from transformer.model import Transformer, TransformerConfig
-from transformer.tokenizer import PAD_ID
+from transformer.tokenizer import PAD_ID, UNK_ID
 from transformer.training import (
     PRESETS,
     TrainConfig,
@@ -257,6 +260,21 @@ def test_resume_checks_config_keeps_last_k_and_refuses_to_overwrite(tmp_path):
         train(tiny(tmp_path, "run", max_steps=6, resume=True, seed=1))
     with pytest.raises(FileNotFoundError, match="no checkpoint"):
         train(tiny(tmp_path, "fresh", max_steps=6, resume=True))
+
+
+def test_a_french_run_trains_and_reloads_with_a_french_vocabulary(tmp_path):
+    """train builds the vocabulary of the run's own pair, and tokenizer_of finds it again from
+    the checkpoint: French validation captions encode without an unknown piece."""
+    out = tmp_path / "fr-en"
+    cfg = TrainConfig(preset="tiny", src="fr", tgt="en", vocab_size=1000, max_steps=1)
+    train(dataclasses.replace(cfg, out=str(out), token_budget=400, eval_every=1000))
+    _, ckpt = load_model(out / "checkpoints" / "latest.pt")
+    tokenizer = tokenizer_of(ckpt)
+    assert tokenizer.vocab_size == 1000
+    french = read_sentences("val", "fr")
+    assert "ç" in "".join(french)  # a letter that English and German captions lack
+    unknown = sum(ids.count(UNK_ID) for ids in tokenizer.encode(french))
+    assert unknown == 0, f"{unknown} unknown pieces in the French val captions"
 
 
 def train_command(out, steps: int, *extra: str) -> list[str]:

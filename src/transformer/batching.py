@@ -82,8 +82,9 @@ def load_pairs(
     max_len: int = 256,
     tokenizer: Tokenizer | None = None,
 ) -> list[Pair]:
-    """Tokenized Multi30k pairs of one split, with the shared tokenizer of chapter 1 by default."""
-    tokenizer = tokenizer or multi30k_tokenizer()
+    """Tokenized Multi30k pairs of one split, by default with chapter 1's vocabulary shared by
+    the two languages."""
+    tokenizer = tokenizer or multi30k_tokenizer(langs=(src_lang, tgt_lang))
     return tokenize_pairs(load_multi30k(split, src_lang, tgt_lang), tokenizer, max_len)
 
 

@@ -45,7 +45,7 @@ from .pretrained import WEIGHTS, load_pretrained, ship
 from .results import checkpoint_paths, record_run, write_result
 from .search import search
 from .tokenizer import Tokenizer
-from .training import TrainConfig, bounds_problem
+from .training import TrainConfig, bounds_problem, flag_of
 
 
 def number(kind: type, **bounds) -> Callable:
@@ -108,13 +108,13 @@ def add_train_parser(commands: argparse._SubParsersAction) -> None:
     )
     groups = {}
     for f in fields(TrainConfig):
-        meta, flag = f.metadata, "--" + f.name.replace("_", "-")
+        meta, flag = f.metadata, flag_of(f)
         if meta["group"] not in groups:
             groups[meta["group"]] = p.add_argument_group(meta["group"])
         group, options = groups[meta["group"]], dict(dest=f.name, help=meta["help"])
         if isinstance(f.default, bool):  # a switch; one that is on by default has --no-NAME
             if f.default:
-                flag, options["help"] = f"--no-{flag[2:]}", f"turn off: {meta['help']}"
+                options["help"] = f"turn off: {meta['help']}"
             action = "store_false" if f.default else "store_true"
             group.add_argument(flag, action=action, default=argparse.SUPPRESS, **options)
             continue

@@ -16,7 +16,7 @@ from .normalization import LayerNorm, Residual
 
 class DecoderLayer(nn.Module):
     """Masked self-attention, cross-attention over the memory, then the feed-forward network,
-    each in a Residual (eqs. decoder-post-ln and decoder-pre-ln; paper section 3.1). With
+    each in a Residual, post-LN as in the paper's section 3.1 or pre-LN with norm_first. With
     cross_attention=False the middle sublayer is left out: the decoder-only (GPT-style) block.
     """
 
@@ -77,7 +77,7 @@ class DecoderCache:
 
 
 class Decoder(nn.Module):
-    """N identical decoder layers; pre-LN stacks end with a final LayerNorm (eq. decoder-pre-ln)."""
+    """N identical decoder layers; pre-LN stacks end with a final LayerNorm."""
 
     def __init__(self, config: StackConfig, cross_attention: bool = True):
         super().__init__()

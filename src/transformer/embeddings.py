@@ -17,7 +17,7 @@ from torch import Tensor, nn
 
 
 class TokenEmbedding(nn.Module):
-    """Emb(i) = sqrt(d_model) * E[i]  (paper section 3.4, eq. token-embedding)."""
+    """Emb(i) = sqrt(d_model) * E[i], the scaled embedding of the paper's section 3.4."""
 
     def __init__(self, vocab_size: int, d_model: int):
         super().__init__()
@@ -48,7 +48,8 @@ def check_token_ids(ids: Tensor, vocab_size: int) -> None:
 def sinusoidal_positional_encoding(
     max_len: int, d_model: int, dtype: torch.dtype = torch.float32
 ) -> Tensor:
-    """The (max_len, d_model) table of eq. sinusoidal-pe: sin on even, cos on odd dimensions."""
+    """The (max_len, d_model) sinusoidal table: sin(pos w_k) on even dimensions 2k, cos(pos w_k)
+    on odd dimensions 2k + 1, with w_k = 10000^(-2k / d_model)."""
     if d_model % 2:
         raise ValueError(f"d_model must be even to pair sines with cosines, got {d_model}")
     position = torch.arange(max_len, dtype=torch.float64).unsqueeze(1)  # (max_len, 1)

@@ -29,7 +29,7 @@ class StackConfig:
     dropout: float = 0.1  # on every sublayer's output (section 5.4)
     attention_dropout: float | None = None  # on the attention weights; None: dropout
     activation_dropout: float | None = None  # on the feed-forward's hidden layer; None: dropout
-    norm_first: bool = False  # True: pre-LN (eq. encoder-layer-pre)
+    norm_first: bool = False  # True: pre-LN, the LayerNorm at the start of each branch
 
     def __post_init__(self):
         for name in ("d_model", "n_heads", "d_ff", "n_layers"):
@@ -48,7 +48,7 @@ class StackConfig:
 class EncoderLayer(nn.Module):
     """Self-attention, then the feed-forward network, each in a Residual (paper section 3.1).
 
-    Eq. encoder-layer-post (the paper), or eq. encoder-layer-pre with config.norm_first.
+    Post-LN as in the paper, or pre-LN with config.norm_first.
     """
 
     def __init__(self, config: StackConfig):
@@ -67,7 +67,8 @@ class EncoderLayer(nn.Module):
 
 # %% ../../notebooks/08_encoder.ipynb #488038b6
 class Encoder(nn.Module):
-    """N identical encoder layers (eq. encoder-stack); pre-LN stacks end with a final LayerNorm."""
+    """N identical encoder layers, each with its own weights; pre-LN stacks end with a final
+    LayerNorm."""
 
     def __init__(self, config: StackConfig):
         super().__init__()

@@ -118,9 +118,10 @@ def load_model(
 
 
 def tokenizer_of(ckpt: dict) -> Tokenizer:
-    """Chapter 1's shared Multi30k vocabulary, of the size the checkpoint's model was trained
-    with (chapter 11's `train` makes it with multi30k_tokenizer)."""
-    return multi30k_tokenizer(ckpt["model_config"]["src_vocab_size"])
+    """The vocabulary the checkpoint's model was trained with: chapter 1's, shared by the run's
+    two languages, of the model's size (chapter 11's `train` makes it the same way)."""
+    languages = (ckpt["train_config"]["src"], ckpt["train_config"]["tgt"])
+    return multi30k_tokenizer(ckpt["model_config"]["src_vocab_size"], languages)
 
 
 # %% ../../notebooks/12_inference.ipynb #6f19ad97

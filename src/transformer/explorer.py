@@ -15,6 +15,7 @@ __all__ = [
 ]
 
 # %% ../../notebooks/13_gpu_training.ipynb #560cd965
+import copy
 import html
 import itertools
 import json
@@ -169,6 +170,7 @@ class AttentionExplorer:
 
     def __init__(self, directions: Mapping[str, Sequence[Mapping]], element_id: str | None = None):
         self.html = explorer_html(directions, element_id)
+        self.directions = directions  # the records it shows, for a reader to compute with
 
     def _repr_html_(self) -> str:
         return self.html
@@ -182,15 +184,14 @@ def explore(
 ) -> AttentionExplorer:
     """The explorer of shipped translators on sentences typed in: each translator translates its
     direction's sentences with its own settings, and every layer's and head's attention on that
-    translation is computed on the spot (the records' attention_record)."""
-    directions = {
-        t.direction: attention_record(
-            t.model,
-            t.tokenizer,
-            sentences[t.direction],
-            t.decoding["beam_size"],
-            t.decoding["alpha"],
-        )
-        for t in translators
-    }
+    translation is computed on the spot (the records' attention_record), in float64, so that the
+    weights, rounded to 3 decimals, come out the same on every machine."""
+    directions = {}
+    for t in translators:
+        if t.direction not in sentences:
+            raise ValueError(f"no sentences for {t.direction!r}; given: {', '.join(sentences)}")
+        model = copy.deepcopy(t.model).double()  # the shipped weights, exactly, in float64
+        beam_size, alpha = t.decoding["beam_size"], t.decoding["alpha"]
+        records = attention_record(model, t.tokenizer, sentences[t.direction], beam_size, alpha)
+        directions[t.direction] = records
     return AttentionExplorer(directions, element_id)

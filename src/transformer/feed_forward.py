@@ -9,7 +9,7 @@ from torch import Tensor, nn
 
 
 class FeedForward(nn.Module):
-    """FFN(x) = max(0, x W_1 + b_1) W_2 + b_2 (eq. ffn), the same at every position.
+    """FFN(x) = max(0, x W_1 + b_1) W_2 + b_2, the same network at every position.
 
     Dropout acts on the hidden ReLU activations, as in nn.TransformerEncoderLayer. Any leading
     dimensions are allowed: (..., d_model) -> (..., d_model).

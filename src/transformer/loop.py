@@ -121,7 +121,8 @@ def start_run(
         raise FileExistsError(
             f"{out} already holds a run; resume it, or choose another output folder"
         )
-    preset, tokenizer = PRESETS[cfg.preset], multi30k_tokenizer(cfg.vocab_size)
+    preset = PRESETS[cfg.preset]
+    tokenizer = multi30k_tokenizer(cfg.vocab_size, (cfg.src, cfg.tgt))  # the pair's vocabulary
     V, budget = tokenizer.vocab_size, cfg.token_budget or preset.token_budget
     dropouts = dict(
         dropout=cfg.dropout,

@@ -34,7 +34,7 @@ def padding_mask(ids: Tensor, pad_id: int) -> Tensor:
 
 
 def causal_mask(size: int, device: torch.device | str | None = None, start: int = 0) -> Tensor:
-    """c[t, s] = s <= start + t (eq. causal-mask): (size, start + size) bool, lower-triangular.
+    """c[t, s] = s <= start + t: a (size, start + size) bool lower triangle, the causal mask.
     start > 0 gives the rows of `size` new positions after `start` kept ones (a decoder cache)."""
     if isinstance(size, bool) or not isinstance(size, int) or size < 1:
         raise ValueError(f"causal_mask needs a positive integer size, got {size!r}")
@@ -45,7 +45,7 @@ def causal_mask(size: int, device: torch.device | str | None = None, start: int 
 
 # %% ../../notebooks/04_masking.ipynb #42b740e1
 def cross_mask(tgt: Tensor, src: Tensor, pad_id: int) -> Tensor:
-    """Real target queries x real source keys (eq. cross-mask): (batch, 1, T, S) bool."""
+    """Real target queries AND real source keys, the cross mask: (batch, 1, T, S) bool."""
     query, key = padding_mask(tgt, pad_id), padding_mask(src, pad_id)  # (batch, T), (batch, S)
     if query.size(0) != key.size(0):
         raise ValueError(
@@ -56,18 +56,18 @@ def cross_mask(tgt: Tensor, src: Tensor, pad_id: int) -> Tensor:
 
 
 def encoder_mask(src: Tensor, pad_id: int) -> Tensor:
-    """Source self-attention, padding on both sides (eq. encoder-mask): (batch, 1, S, S) bool."""
+    """Source self-attention, key padding AND query padding: (batch, 1, S, S) bool."""
     return cross_mask(src, src, pad_id)
 
 
 def decoder_mask(tgt: Tensor, pad_id: int) -> Tensor:
-    """Target self-attention, padding AND causal (eq. decoder-mask): (batch, 1, T, T) bool."""
+    """Target self-attention, padding AND causal: (batch, 1, T, T) bool."""
     return cross_mask(tgt, tgt, pad_id) & causal_mask(tgt.size(1), device=tgt.device)
 
 
 # %% ../../notebooks/04_masking.ipynb #07c42722
 def additive_mask(mask: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
-    """0 where mask is True, -inf where it is False (eq. additive-mask); same shape as mask."""
+    """0 where mask is True, -inf where it is False, to add to the scores; same shape as mask."""
     if not isinstance(mask, Tensor) or mask.dtype != torch.bool:
         got = mask.dtype if isinstance(mask, Tensor) else type(mask).__name__
         raise TypeError(f"additive_mask takes a boolean mask (True = may attend), got {got}")

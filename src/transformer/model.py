@@ -93,7 +93,7 @@ def xavier_init(*stacks: nn.Module) -> None:
 
 # %% ../../notebooks/10_transformer.ipynb #52920b60
 class Transformer(nn.Module):
-    """The encoder-decoder Transformer of paper figure 1 (eqs. model-input to model-output).
+    """The encoder-decoder Transformer of the paper's figure 1, from ids to next-token logits.
 
     forward(src (batch, S), tgt_in (batch, T)) -> logits (batch, T, tgt_vocab_size); the padding
     masks come from config.pad_id. The pre-softmax projection is the target embedding table.
@@ -118,7 +118,7 @@ class Transformer(nn.Module):
         xavier_init(self.encoder, self.decoder)
 
     def encode(self, src: Tensor) -> Tensor:  # (batch, S) -> memory (batch, S, d_model)
-        """M = Encoder(X; encoder mask) of eqs. model-input and model-stacks."""
+        """M = Encoder(X; encoder mask), X the scaled source embedding plus positions."""
         c = self.config
         check_input_ids("source", src, c.src_vocab_size, c.max_len, values=self.check_ids)
         return self._encode(src)
@@ -126,7 +126,7 @@ class Transformer(nn.Module):
     def decode(
         self, tgt_in: Tensor, memory: Tensor, src: Tensor, cache: DecoderCache | None = None
     ) -> Tensor:  # (batch, T) -> logits (batch, T, tgt_vocab_size)
-        """Logits for the next token at each target position (eq. model-output). With a cache,
+        """Logits H E^T for the next token at each target position. With a cache,
         tgt_in holds only the new positions; the earlier ones were kept by the previous calls."""
         c, start = self.config, 0 if cache is None else cache.length
         check_input_ids("target", tgt_in, c.tgt_vocab_size, c.max_len, start, values=self.check_ids)

@@ -57,7 +57,7 @@ def attend(
     dropout_p: float,
     need_weights: bool,
 ) -> tuple[Tensor, Tensor | None]:
-    """Attention(Q, K, V) of eq. scaled-dot-product for every head: q (batch, h, T, d_head), k and v
+    """softmax(Q K^T / sqrt(d_head)) V (chapter 3) for every head: q (batch, h, T, d_head), k and v
     (batch, h, S, d_head) -> out (batch, h, T, d_head), and the weights (batch, h, T, S) or None.
 
     need_weights: chapter 3's explicit path. Otherwise PyTorch's fused kernel, which never stores
@@ -83,8 +83,8 @@ def attend(
 class MultiHeadAttention(nn.Module):
     """MultiHead = Concat(head_1..head_h) W^O, head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V).
 
-    Eqs. head and multihead (paper section 3.2.2). `d_head` defaults to d_model // n_heads but
-    may be any size, e.g. d_model=300 with 8 heads of 64. Masks are boolean, True = may attend.
+    As in the paper's section 3.2.2, except that `d_head` (by default d_model // n_heads) may be
+    any size, e.g. d_model=300 with 8 heads of 64. Masks are boolean, True = may attend.
     """
 
     def __init__(self, d_model: int, n_heads: int, d_head: int | None = None, dropout: float = 0.0):

@@ -12,7 +12,7 @@ from torch import Tensor, nn
 
 
 class LayerNorm(nn.Module):
-    """LN(x) = gamma * (x - mu) / sqrt(sigma^2 + eps) + beta over the last axis (eq. layer-norm).
+    """LN(x) = gamma * (x - mu) / sqrt(sigma^2 + eps) + beta, mu and sigma^2 over the last axis.
 
     Computed by the fused F.layer_norm, in at least float32, so bf16/fp16 activations under
     autocast keep their precision; the result has the input's dtype.
@@ -36,7 +36,7 @@ class LayerNorm(nn.Module):
 
 # %% ../../notebooks/06_normalization.ipynb #529f4fa2
 class Residual(nn.Module):
-    """A sublayer wrapped in a residual connection and LayerNorm (eqs. post-ln and pre-ln).
+    """A sublayer wrapped in a residual connection and LayerNorm, in either placement:
 
     post-LN (the paper): LayerNorm(x + Dropout(Sublayer(x)));
     pre-LN (norm_first=True): x + Dropout(Sublayer(LayerNorm(x))).

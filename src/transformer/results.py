@@ -8,7 +8,6 @@ __all__ = [
     "missing_keys",
     "write_result",
     "load_results",
-    "train_args",
     "train_command",
     "checkpoint_paths",
     "bleu_of_splits",
@@ -32,6 +31,7 @@ from .data import load_multi30k
 from .decoding import beam_search
 from .evaluation import attention_maps, evaluate_split, load_model, tokenizer_of
 from .tokenizer import Tokenizer
+from .training import train_argv
 
 # the keys every results/<run>.json must have; "a.b" names a key inside a key
 REQUIRED_KEYS = (
@@ -120,21 +120,10 @@ def load_results(folder: str | Path = "results") -> list[dict]:
 
 
 # %% ../../notebooks/13_gpu_training.ipynb #94edd81a
-def train_args(cfg: dict) -> list[str]:
-    """The arguments of `python -m transformer train` for a run with this TrainConfig (as a
-    dict): every field is a flag of the same name."""
-    words = []
-    for name, value in cfg.items():
-        flag = "--" + name.replace("_", "-")
-        if name == "resume" or value is None or value is (name == "amp"):
-            continue  # defaults that need no flag: None, and switches in their default state
-        words += ["--no-amp"] if name == "amp" else [flag] if value is True else [flag, str(value)]
-    return words
-
-
 def train_command(cfg: dict) -> str:
-    """The `python -m transformer train` command line of a run with this TrainConfig."""
-    return " ".join(["python -m transformer train", *train_args(cfg)])
+    """The `python -m transformer train` command line that trains a run with this TrainConfig
+    (as a dict) from its start: chapter 11's train_argv, without --resume."""
+    return " ".join(["python -m transformer train", *train_argv({**cfg, "resume": False})])
 
 
 def checkpoint_paths(path: str | Path, average: int = 1) -> list[Path]:

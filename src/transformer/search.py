@@ -30,8 +30,8 @@ from tqdm import tqdm
 from .checkpoints import atomic_write
 from .devices import describe_device
 from .evaluation import load_model, tokenizer_of
-from .results import bleu_of_splits, checkpoint_paths, provenance, train_args
-from .training import TrainConfig
+from .results import bleu_of_splits, checkpoint_paths, provenance
+from .training import TrainConfig, train_argv
 
 DECODING = {"average": 5, "beam": 4, "alpha": 0.6}  # record's defaults: the paper's decoding
 GRID_KEYS = {"base", "trials", "decoding"}  # "trials" is required
@@ -100,7 +100,7 @@ def run_trial(
     record each, or one record with "failed" if training failed."""
     if Path(cfg.out).exists():
         shutil.rmtree(cfg.out)  # a trial without a record starts again from nothing
-    argv = [sys.executable, "-m", "transformer", "train", *train_args(asdict(cfg))]
+    argv = [sys.executable, "-m", "transformer", "train", *train_argv(cfg)]
     started = time.perf_counter()
     done = subprocess.run(
         argv, capture_output=True, text=True, env=os.environ | {"TQDM_DISABLE": "1"}

@@ -12,10 +12,13 @@ __all__ = [
     "knob",
     "bounds_problem",
     "TrainConfig",
+    "flag_of",
+    "train_argv",
 ]
 
 # %% ../../notebooks/11_training.ipynb #cdca49e2
-from dataclasses import dataclass, field, fields
+from collections.abc import Mapping
+from dataclasses import Field, asdict, dataclass, field, fields
 from typing import NamedTuple
 
 import torch
@@ -248,3 +251,26 @@ class TrainConfig:
         """The preset's d_model, n_heads, d_ff and n_layers, with the ones set here instead."""
         sizes = PRESETS[self.preset].model
         return sizes | {k: getattr(self, k) for k in sizes if getattr(self, k) is not None}
+
+
+# %% ../../notebooks/11_training.ipynb #5f1a9c2e
+def flag_of(f: Field) -> str:
+    """The `train` flag of a TrainConfig field: --token-budget for token_budget; a switch that
+    is on by default is turned off by --no-NAME (--no-amp)."""
+    name = f.name.replace("_", "-")
+    return f"--no-{name}" if f.default is True else f"--{name}"
+
+
+def train_argv(cfg: TrainConfig | Mapping) -> list[str]:
+    """The flags of `python -m transformer train` that rebuild cfg (a TrainConfig, or its dict).
+    Every value that is set is written, even a default, so that the command keeps meaning the
+    same run if a default changes; None (the preset's value) and a switch in its default state
+    need no flag."""
+    values = asdict(cfg) if isinstance(cfg, TrainConfig) else cfg
+    argv = []
+    for f in fields(TrainConfig):
+        value = values.get(f.name)
+        if value is None or (isinstance(value, bool) and value == f.default):
+            continue
+        argv += [flag_of(f)] if isinstance(value, bool) else [flag_of(f), str(value)]
+    return argv

@@ -51,7 +51,7 @@ def _positive_int(value) -> bool:
 
 
 # %% ../../notebooks/14_beyond.ipynb #ba7a7e68
-MASK_PROB = 0.15  # P(i in M) of eq. mlm-recipe
+MASK_PROB = 0.15  # P(i in M): the chance that a real token is chosen
 MASK_SPLIT = (0.8, 0.1, 0.1)  # chosen tokens -> [MASK], a random piece, unchanged
 FIRST_PIECE_ID = max(PAD_ID, UNK_ID, BOS_ID, EOS_ID) + 1  # ids below are special
 
@@ -59,8 +59,9 @@ FIRST_PIECE_ID = max(PAD_ID, UNK_ID, BOS_ID, EOS_ID) + 1  # ids below are specia
 class MaskedLM(nn.Module):
     """Encoder-only (BERT-style) masked language model: embeddings, Encoder, tied head.
 
-    The embedding table has one extra row for [MASK]: mask_id = vocab_size. The head
-    (eq. mlm-head) is tied to the first vocab_size rows, so it never predicts [MASK].
+    The embedding table has one extra row for [MASK]: mask_id = vocab_size. The head,
+    LayerNorm(GELU(h W + b)) E[:V]^T + c, is tied to the first vocab_size rows, so it never
+    predicts [MASK].
     """
 
     def __init__(self, config: TransformerConfig):
@@ -72,7 +73,7 @@ class MaskedLM(nn.Module):
         self.transform = nn.Sequential(
             nn.Linear(c.d_model, c.d_model), nn.GELU(), LayerNorm(c.d_model)
         )
-        self.bias = nn.Parameter(torch.zeros(self.vocab_size))  # c of eq. mlm-head
+        self.bias = nn.Parameter(torch.zeros(self.vocab_size))  # c: one bias per piece
         xavier_init(self.encoder)
 
     def encode(self, ids: Tensor) -> Tensor:  # (batch, S) -> (batch, S, d_model)
@@ -97,7 +98,7 @@ def mask_tokens(
     mask_prob: float = MASK_PROB,
     pad_id: int = PAD_ID,
 ) -> tuple[Tensor, Tensor]:
-    """Corrupt a batch as in eq. mlm-recipe: (inputs, labels), both (batch, S).
+    """Corrupt a batch by BERT's 80/10/10 recipe: (inputs, labels), both (batch, S).
 
     Tokens with ids from FIRST_PIECE_ID up are chosen with probability mask_prob; labels hold
     their original ids and pad_id everywhere else. Random replacements are real pieces.
@@ -118,7 +119,7 @@ def mask_tokens(
 
 
 def mlm_loss(model: MaskedLM, inputs: Tensor, labels: Tensor, reduction: str = "mean") -> Tensor:
-    """Eq. mlm-loss: cross-entropy at the positions with a label (from mask_tokens)."""
+    """The masked-LM loss: cross-entropy at the positions with a label (from mask_tokens)."""
     chosen = labels != model.config.pad_id  # (batch, S)
     if not chosen.any():
         raise ValueError("no position has a label; mask_tokens chose none, so use more tokens")
@@ -129,7 +130,7 @@ def mlm_loss(model: MaskedLM, inputs: Tensor, labels: Tensor, reduction: str = "
 # %% ../../notebooks/14_beyond.ipynb #bc9accc5
 class CausalLM(nn.Module):
     """Decoder-only (GPT-style) language model: embeddings, a Decoder without cross-attention,
-    and the output projection tied to the embedding table (eq. clm)."""
+    and the output projection tied to the embedding table."""
 
     def __init__(self, config: TransformerConfig):
         super().__init__()
@@ -153,7 +154,7 @@ class CausalLM(nn.Module):
 
 
 def clm_loss(model: CausalLM, ids: Tensor, reduction: str = "mean") -> Tensor:
-    """Eq. clm-loss. ids (batch, T) = BOS, sentence, EOS, padded; predicts ids[:, 1:]."""
+    """The causal-LM loss. ids (batch, T) = BOS, sentence, EOS, padded; predicts ids[:, 1:]."""
     logits = model(ids[:, :-1])  # (batch, T - 1, vocab_size)
     return label_smoothed_loss(logits, ids[:, 1:], 0.0, model.config.pad_id, reduction)
 
@@ -175,7 +176,7 @@ def sample_token(
     top_k: int | None = None,
     generator: torch.Generator | None = None,
 ) -> Tensor:  # (batch, vocab) -> (batch,)
-    """Draw one id per row from eq. lm-sampling: softmax(logits / temperature) over the top_k
+    """Draw one id per row from softmax(logits / temperature) over the top_k
     largest logits (ties at the k-th are kept)."""
     _check_sampling(temperature, top_k)
     logits = logits.float() / temperature
@@ -198,7 +199,7 @@ def generate(
     eos_id: int = EOS_ID,
     use_cache: bool = True,
 ) -> Tensor:  # (batch, P) -> (batch, P + at most max_new_tokens)
-    """Continue every prompt row, greedily or by sampling (eq. lm-sampling), in eval mode.
+    """Continue every prompt row, greedily or by sampling (sample_token), in eval mode.
 
     Padding is never generated. A row stops at EOS and is padded after it; the loop ends when
     every row has stopped.
