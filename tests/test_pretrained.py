@@ -15,7 +15,7 @@ from transformer.explorer import explore
 from transformer.pretrained import MANIFEST, WEIGHTS, load_pretrained, read_manifest
 from transformer.results import attention_record, load_results
 
-DIRECTIONS = ("de-en",)  # English→German follows when its CPU run is recorded
+DIRECTIONS = ("de-en", "en-de")
 
 
 @pytest.fixture(scope="module", params=DIRECTIONS)

@@ -57,7 +57,7 @@ def check_attention_inputs(q: Tensor, k: Tensor, v: Tensor, dropout_p: float) ->
 def scaled_dot_product_attention(
     q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, dropout_p: float = 0.0
 ) -> tuple[Tensor, Tensor]:
-    """softmax(q k^T / sqrt(d_k)) v (eq. scaled-dot-product); returns (output, weights).
+    """softmax(q k^T / sqrt(d_k)) v (scaled dot-product attention); returns (output, weights).
 
     q (..., T, d_k), k (..., S, d_k), v (..., S, d_v); leading dims broadcast. mask: boolean,
     broadcastable to (..., T, S), True = may attend. A query row with no key allowed gets

@@ -34,7 +34,7 @@ Pair = tuple[list[int], list[int]]  # (source ids, target ids), without BOS or E
 def shift_right(
     tgt: Sequence[int], bos_id: int = BOS_ID, eos_id: int = EOS_ID
 ) -> tuple[list[int], list[int]]:
-    """Equation (right-shift): the decoder reads [BOS] + tgt and must predict tgt + [EOS]."""
+    """Teacher forcing's right shift: the decoder reads [BOS] + tgt and predicts tgt + [EOS]."""
     return [bos_id, *tgt], [*tgt, eos_id]
 
 
@@ -103,7 +103,7 @@ class Batch(NamedTuple):
 def collate(
     pairs: Sequence[Pair], pad_id: int = PAD_ID, bos_id: int = BOS_ID, eos_id: int = EOS_ID
 ) -> Batch:
-    """Right-shift every target (equation right-shift) and pad the pairs into a `Batch`."""
+    """Right-shift every target (see `shift_right`) and pad the pairs into a `Batch`."""
     if not pairs:
         raise ValueError("collate needs at least one pair")
 
@@ -149,8 +149,8 @@ class EpochCursor:
 
 # %% ../../notebooks/11_training.ipynb #f254f592
 def cut_by_budget(indices: list[int], lengths: Sequence[int], token_budget: int) -> list[list[int]]:
-    """Cut `indices` into consecutive batches, each within the budget once padded (eq.
-    token-budget)."""
+    """Cut `indices` into consecutive batches, each within the budget once padded: a batch's
+    size times its longest example is at most `token_budget`."""
     batches, current, longest = [], [], 0
     for i in indices:
         if current and max(longest, lengths[i]) * (len(current) + 1) > token_budget:

@@ -58,12 +58,12 @@ def epoch_plan(
 # %% ../../notebooks/11_training.ipynb #a1d759b7
 class Buckets(EpochCursor):
     """A tokenized corpus kept on `device`, padded to a few lengths and served in batches of a
-    fixed shape per length (eq. bucket-rows).
+    fixed shape per length: rows(L) = token_budget // L pairs of padded length L.
 
     A pair is padded, source and shifted target alike, to L = its example_length rounded up to a
     multiple of `multiple`; the pairs of one L form a bucket, held as one padded Batch on the
-    device plus one all-padding row (fill_buckets). A batch takes rows(L) = token_budget // L pairs of a bucket,
-    in the order of epoch_plan; the last few batches that `world_size` ranks cannot share evenly
+    device plus one all-padding row (fill_buckets). A batch takes rows(L) pairs of a bucket, in
+    the order of epoch_plan; the last few batches that `world_size` ranks cannot share evenly
     sit the epoch out. Ids are checked against `vocab_size` once, here."""
 
     def __init__(

@@ -167,7 +167,10 @@ def _add_decoding_arguments(p: argparse.ArgumentParser, average: int) -> None:
     )
     p.add_argument("--beam", type=positive_int, default=4, help="beam size (1: greedy decoding)")
     p.add_argument(
-        "--alpha", type=non_negative_float, default=0.6, help="length penalty exponent (eq. lp)"
+        "--alpha",
+        type=non_negative_float,
+        default=0.6,
+        help="length penalty exponent alpha (chapter 12)",
     )
 
 

@@ -81,7 +81,7 @@ def _check_inputs(model: Transformer, src: Tensor, bos_id: int, eos_id: int | No
 class DecoderState:
     """Prefixes decoded together, one per row, with their sources, memory and KV cache.
 
-    `log_probs` is one step of eq. greedy's loop for every row; `advance` appends the chosen
+    `log_probs` is one step of the greedy loop for every row; `advance` appends the chosen
     tokens. Greedy decoding and beam search are both built on it."""
 
     def __init__(
@@ -130,7 +130,7 @@ def greedy_decode(
     eos_id: int | None = EOS_ID,
     use_cache: bool = True,
 ) -> Tensor:
-    """Eq. greedy for a batch: src (batch, S) -> ids (batch, T <= max_len), without BOS.
+    """Greedy decoding for a batch: src (batch, S) -> ids (batch, T <= max_len), without BOS.
 
     A row ends with EOS and then PAD, or stops at its length limit (`length_limits`).
     use_cache=False recomputes the whole prefix at every step instead of using the KV cache."""
@@ -154,7 +154,7 @@ def greedy_decode(
 
 # %% ../../notebooks/12_inference.ipynb #46319c6d
 def lp(length: int, alpha: float = 0.6) -> float:
-    """The length penalty of eq. length-penalty: ((5 + |Y|) / 6) ** alpha."""
+    """The length penalty of Wu et al. (2016): ((5 + |Y|) / 6) ** alpha."""
     return ((5 + length) / 6) ** alpha
 
 
@@ -171,7 +171,7 @@ def beam_search(
     """Beam search, batched over sentences and beams: one id list per sentence of src (batch, S).
 
     A candidate among the beam_size best that ends (EOS, or the sentence's length limit) is kept
-    as finished with its score of eq. beam-score (alpha = length_penalty); a sentence is done
+    as finished with its score log P / lp (alpha = length_penalty); a sentence is done
     with beam_size finished hypotheses or at its limit, and returns its best one: no BOS, EOS
     last unless cut at the limit. beam_size=1 is greedy decoding."""
     if isinstance(beam_size, bool) or not isinstance(beam_size, int) or beam_size < 1:

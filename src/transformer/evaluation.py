@@ -70,7 +70,7 @@ def _mismatches(have: dict, want: dict, shown: int = 4) -> str:
 
 # %% ../../notebooks/12_inference.ipynb #fea6c2d5
 def average_checkpoints(paths: Sequence[str | Path]) -> dict[str, Tensor]:
-    """Eq. checkpoint-average: the mean of the model weights of checkpoints of one configuration,
+    """Checkpoint averaging: the mean of the model weights of checkpoints of one configuration,
     computed in float64 and returned in the checkpoints' dtype."""
     paths = list(paths)
     if not paths:
@@ -185,7 +185,7 @@ class BleuScores(NamedTuple):
 
 
 def corpus_bleu(hypotheses: Sequence[str], references: Sequence[str]) -> BleuScores:
-    """Eq. bleu by sacreBLEU (13a tokenization, exp smoothing), cased and lowercased."""
+    """Corpus BLEU by sacreBLEU (13a tokenization, exp smoothing), cased and lowercased."""
     hypotheses, references = list(hypotheses), list(references)
     if not hypotheses or len(hypotheses) != len(references):
         raise ValueError(

@@ -10,7 +10,8 @@ __all__ = [
     "load_results",
     "train_command",
     "checkpoint_paths",
-    "bleu_of_splits",
+    "score_splits",
+    "bleu_entry",
     "logged_curves",
     "attention_record",
     "record_run",
@@ -148,7 +149,7 @@ def checkpoint_paths(path: str | Path, average: int = 1) -> list[Path]:
 
 
 # %% ../../notebooks/13_gpu_training.ipynb #7fa5023d
-def bleu_of_splits(
+def score_splits(
     model,
     tokenizer,
     src: str,
@@ -157,29 +158,26 @@ def bleu_of_splits(
     length_penalty: float,
     max_sentences,
     splits: Sequence[str] = ("val", "test_2016_flickr"),
-) -> tuple[dict, list[str]]:
-    """sacreBLEU, cased and lowercased with their signatures, on each split; and the last
-    split's translations, from which the samples are taken."""
-    bleu = {}
-    for split in splits:
-        scored = evaluate_split(
-            model,
-            tokenizer,
-            split,
-            src,
-            tgt,
-            beam_size,
-            max_sentences,
-            length_penalty=length_penalty,
+) -> dict:
+    """Each split's SplitResult, by name: translated and scored by chapter 12's evaluate_split."""
+    decoding = dict(length_penalty=length_penalty)
+    return {
+        split: evaluate_split(
+            model, tokenizer, split, src, tgt, beam_size, max_sentences, **decoding
         )
-        b = scored.bleu
-        bleu[split] = {
-            "sacrebleu_cased": round(b.cased.score, 2),
-            "sacrebleu_lc": round(b.lowercased.score, 2),
-            "signature_cased": b.cased_signature,
-            "signature_lc": b.lowercased_signature,
-        }
-    return bleu, scored.hypotheses
+        for split in splits
+    }
+
+
+def bleu_entry(scored) -> dict:
+    """What a record keeps of a split's score: sacreBLEU cased and lowercased, and signatures."""
+    b = scored.bleu
+    return {
+        "sacrebleu_cased": round(b.cased.score, 2),
+        "sacrebleu_lc": round(b.lowercased.score, 2),
+        "signature_cased": b.cased_signature,
+        "signature_lc": b.lowercased_signature,
+    }
 
 
 def logged_curves(run_dir: str | Path, last_step: int) -> tuple[dict, float]:
@@ -245,13 +243,13 @@ def record_run(
     model, ckpt = load_model(paths, device)
     train_cfg, tokenizer = ckpt["train_config"], tokenizer_of(ckpt)
     src, tgt = train_cfg["src"], train_cfg["tgt"]
-    bleu, hypotheses = bleu_of_splits(
-        model, tokenizer, src, tgt, beam_size, length_penalty, max_sentences
-    )
+    scored = score_splits(model, tokenizer, src, tgt, beam_size, length_penalty, max_sentences)
+    test = scored["test_2016_flickr"]
     pairs = load_multi30k("test_2016_flickr", src, tgt)
+    shown = min(n_samples, len(test.hypotheses))
     samples = [
         {"source": s, "reference": r, "hypothesis": h}
-        for (s, r), h in zip(pairs[:n_samples], hypotheses, strict=False)
+        for (s, r), h in zip(pairs[:shown], test.hypotheses[:shown], strict=True)
     ]
     looked_at = [pairs[i][0] for i in ATTENTION_SENTENCES]
     curves, tokens_per_s = logged_curves(run_dir, ckpt["step"])
@@ -273,7 +271,7 @@ def record_run(
         "parameters": sum(p.numel() for p in model.parameters()),
         "train_wall_seconds": round(ckpt["wall_s"], 1),  # start to the last averaged checkpoint
         "tokens_per_s": round(tokens_per_s, 1),
-        "bleu": bleu,
+        "bleu": {split: bleu_entry(result) for split, result in scored.items()},
         "curves": curves,
         "samples": samples,
         "attention": attention_record(model, tokenizer, looked_at, beam_size, length_penalty),

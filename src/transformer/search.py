@@ -30,7 +30,7 @@ from tqdm import tqdm
 from .checkpoints import atomic_write
 from .devices import describe_device
 from .evaluation import load_model, tokenizer_of
-from .results import bleu_of_splits, checkpoint_paths, provenance
+from .results import bleu_entry, checkpoint_paths, provenance, score_splits
 from .training import TrainConfig, train_argv
 
 DECODING = {"average": 5, "beam": 4, "alpha": 0.6}  # record's defaults: the paper's decoding
@@ -75,11 +75,11 @@ def score_trial(cfg: TrainConfig, decoding: dict, device, max_sentences: int | N
     model, ckpt = load_model(checkpoint_paths(cfg.out, decoding["average"]), device)
     started, tokenizer = time.perf_counter(), tokenizer_of(ckpt)
     beam, alpha = decoding["beam"], decoding["alpha"]
-    bleu, _ = bleu_of_splits(
+    (val,) = score_splits(
         model, tokenizer, cfg.src, cfg.tgt, beam, alpha, max_sentences, splits=("val",)
-    )
+    ).values()
     return {
-        "val": bleu["val"],
+        "val": bleu_entry(val),
         "decode_seconds": round(time.perf_counter() - started, 1),
         "device": ckpt["device"],  # where it trained
         "steps": ckpt["step"],

@@ -40,7 +40,7 @@ def label_smoothed_loss(
     pad_id: int = PAD_ID,
     reduction: str = "mean",
 ) -> Tensor:
-    """Equation (ls-loss): (1 - eps) NLL + eps mean_k(-log p_k), over the non-pad targets."""
+    """The label-smoothed loss: (1 - eps) NLL + eps mean_k(-log p_k), over the non-pad targets."""
     if logits.shape[:-1] != target.shape:
         raise ValueError(f"logits {tuple(logits.shape)} do not match target {tuple(target.shape)}")
     return F.cross_entropy(
@@ -54,7 +54,7 @@ def label_smoothed_loss(
 
 # %% ../../notebooks/11_training.ipynb #a436a07d
 def noam_lr(step: int, d_model: int, warmup: int, factor: float = 1.0) -> float:
-    """Equation (noam): linear warm-up for `warmup` steps, then decay as 1/sqrt(step)."""
+    """The Noam schedule: linear warm-up for `warmup` steps, then decay as 1/sqrt(step)."""
     if step < 1 or warmup < 1:
         raise ValueError(f"step and warmup count from 1, got step={step}, warmup={warmup}")
     return factor * d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
