@@ -45,6 +45,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from train_step import record  # the sibling benchmark's JSON writer
 
 from transformer import loop as package_loop
+from transformer.config import TrainConfig, train_argv
 from transformer.devices import (
     autocast_dtype,
     describe_device,
@@ -52,16 +53,11 @@ from transformer.devices import (
     peak_flops,
     resolve_device,
 )
-from transformer.loop import Run, compiled_graphs, run_steps, start_run
+from transformer.loop import compiled_graphs, run_steps
 from transformer.results import provenance
+from transformer.run import Run, start_run
 from transformer.tokenizer import PAD_ID
-from transformer.training import (
-    PRESETS,
-    TrainConfig,
-    label_smoothed_loss,
-    train_argv,
-    train_step,
-)
+from transformer.training import PRESETS, label_smoothed_loss, train_step
 
 
 def synchronize(device: torch.device) -> None:

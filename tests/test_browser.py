@@ -17,7 +17,8 @@ How it works
   error) and no raw `$$` is left in the text; every <img> loaded (naturalWidth > 0); no request
   left the machine; no JavaScript error (console errors and uncaught exceptions); no tool
   marker (`#| export`, `# NBVAL_...`) shows on the page; no display math or code output is
-  wider than its box without a scrollbar.
+  wider than its box without a scrollbar, and no printed output needs a sideways scroll at
+  1280 px; the page is at most MAX_PAGE_HEIGHT (25,000 px) tall.
 - The search page, `search.html?q=attention`, must list at least one hit, each linking to a
   built page.
 - Every chapter page carries launch buttons that open that very notebook on Colab and on Binder
@@ -121,6 +122,8 @@ WAIT_FOR_IMAGES = """async () => {
   return images.map((img) => ({src: img.getAttribute("src"), width: img.naturalWidth}));
 }"""
 
+MAX_PAGE_HEIGHT = 25_000  # px at 1280 px wide: beyond this a chapter holds two subjects
+
 PAGE_STATE = """() => {
   const maths = Array.from(document.querySelectorAll("span.math, div.math"));
   return {
@@ -130,6 +133,11 @@ PAGE_STATE = """() => {
     containers: document.querySelectorAll("mjx-container").length,
     texErrors: document.querySelectorAll('mjx-container [data-mml-node="merror"]').length,
     // connections a browser may open without a request that interception would see
+    height: document.documentElement.scrollHeight,
+    // printed outputs wider than the text column: a reader must scroll sideways to their end
+    wide: Array.from(document.querySelectorAll("div.cell_output pre, div.output pre"))
+      .filter((el) => el.scrollWidth > el.clientWidth + 1)
+      .map((el) => el.textContent.trim().replace(/\\s+/g, " ").slice(0, 70)),
     remoteHints: Array.from(document.querySelectorAll("link[href]"))
       .filter((l) => /preconnect|dns-prefetch|prefetch|prerender/.test(l.rel))
       .map((l) => l.href).filter((href) => !/^(file|data|about):/.test(href)),
@@ -184,6 +192,10 @@ def test_page_renders_offline(browser, book_html, page):
         problems.append("raw $$ in the visible text (math that was never parsed)")
     if clipped:
         problems.append(f"math or output cut off at the right (no scrollbar): {clipped[:5]}")
+    if state["wide"]:
+        problems.append(f"outputs wider than the text column at 1280 px: {state['wide'][:5]}")
+    if state["height"] > MAX_PAGE_HEIGHT:
+        problems.append(f"{state['height']:,} px tall at 1280 px: split or fold the chapter")
     if markers := re.findall(r"#\| \w+|# NBVAL_\w+", text):
         problems.append(f"tool markers on the page (book/_ext/hide_markers.py): {markers[:5]}")
     if broken := [image["src"] for image in images if image["width"] == 0]:

@@ -10,9 +10,9 @@ import torch
 
 from transformer import evaluation, results
 from transformer.cli import build_parser, main
+from transformer.config import TrainConfig, train_argv
 from transformer.results import load_results, missing_keys, train_command
 from transformer.search import read_grid, read_trials
-from transformer.training import TrainConfig, train_argv
 
 
 def error_of(argv: list[str], capsys) -> str:

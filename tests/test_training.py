@@ -17,6 +17,7 @@ from transformer import loop, training
 from transformer.batching import collate
 from transformer.buckets import Buckets
 from transformer.checkpoints import check_config, load_checkpoint, save_checkpoint, step_checkpoints
+from transformer.config import TrainConfig
 from transformer.data import read_sentences
 from transformer.devices import host_reads
 from transformer.evaluation import load_model, tokenizer_of
@@ -25,7 +26,6 @@ from transformer.model import Transformer, TransformerConfig
 from transformer.tokenizer import PAD_ID, UNK_ID
 from transformer.training import (
     PRESETS,
-    TrainConfig,
     evaluate_loss,
     label_smoothed_loss,
     make_optimizer,
@@ -127,7 +127,7 @@ def test_validation_loss_averages_over_real_target_tokens_only():
     pairs = random_pairs(30, seed=1, vocab_size=40, max_len=11)
     model = tiny_model(1).eval()
     data = Buckets(pairs, 64, "cpu", 40, shuffle=False)
-    ours = evaluate_loss(model, data, label_smoothing=0.2)
+    ours = evaluate_loss(model, data.epoch_batches(0), label_smoothing=0.2)
     # each pair alone, unpadded: the loss summed over its tokens, then one division in all
     total = n_tokens = 0
     with torch.no_grad():

@@ -218,7 +218,7 @@ def attention(ax, y, cross):
     """One attention sublayer of a DecoderLayer, from the stream at height y; returns its top.
 
     Q comes from the stream; K and V from the stream (self) or the memory (cross), through the
-    KV cache that decoding keeps between steps (chapter 12)."""
+    KV cache that decoding keeps between steps (chapter 13)."""
     ya, yb, yc, yn = y + 0.6, y + 1.42, y + 2.22, y + 2.945  # rows: Q/K/V, heads, W^O, norm
     kv = "M" if cross else "x"
     box(ax, C, ya, 2.0, 0.42, "attn", r"*$Q = x\,W^Q$", "`in_proj")

@@ -1,4 +1,4 @@
-"""`python -m transformer ...`: the command line, defined in transformer.cli (chapter 13)."""
+"""`python -m transformer ...`: the command line, defined in transformer.cli (chapter 14)."""
 
 import sys
 import time

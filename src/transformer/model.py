@@ -99,7 +99,7 @@ class Transformer(nn.Module):
     masks come from config.pad_id. The pre-softmax projection is the target embedding table.
     """
 
-    check_ids = True  # False: the caller vouches for its ids (chapter 11 checks its batches once)
+    check_ids = True  # False: the caller vouches for its ids (chapter 12 checks its batches once)
 
     def __init__(self, config: TransformerConfig):
         super().__init__()

@@ -9,16 +9,10 @@ __all__ = [
     "train_step",
     "evaluate_loss",
     "Preset",
-    "knob",
-    "bounds_problem",
-    "TrainConfig",
-    "flag_of",
-    "train_argv",
 ]
 
 # %% ../../notebooks/11_training.ipynb #cdca49e2
-from collections.abc import Mapping
-from dataclasses import Field, asdict, dataclass, field, fields
+from collections.abc import Iterable
 from typing import NamedTuple
 
 import torch
@@ -27,8 +21,6 @@ from torch import Tensor, nn
 from torch.optim.lr_scheduler import LambdaLR
 
 from .batching import Batch
-from .buckets import Buckets
-from .data import LANGUAGES
 from .tokenizer import PAD_ID
 
 
@@ -87,7 +79,7 @@ def train_step(
 
     A NaN or inf gradient (from a NaN or inf loss) skips the update on the device: the fused
     optimizer reads `found_inf`, as it does under GradScaler, and leaves weights and moments as
-    they were. The host is never asked to wait; `train` reads the loss at its log points."""
+    they were. The host is never asked to wait: the caller reads the loss when it needs it."""
     model.train()
     with torch.autocast(
         batch.src.device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None
@@ -110,17 +102,17 @@ def train_step(
 @torch.no_grad()
 def evaluate_loss(
     model: nn.Module,
-    data: Buckets,
+    batches: Iterable[Batch],
     label_smoothing: float = 0.1,
     autocast_dtype: torch.dtype | None = None,
     pad_id: int = PAD_ID,
 ) -> float:
-    """Mean label-smoothed loss per target token over every batch of `data`, without dropout.
+    """Mean label-smoothed loss per target token over `batches`, without dropout.
     The sums stay on the device; the host reads them once, at the end."""
     model.eval()
     device = next(model.parameters()).device
     total = torch.zeros(2, dtype=torch.float64, device=device)  # loss sum, target tokens
-    for batch in data.epoch_batches(0):
+    for batch in batches:
         with torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
             logits = model(batch.src, batch.tgt_in)  # (batch, T, vocab)
         loss = label_smoothed_loss(logits, batch.tgt_out, label_smoothing, pad_id, "sum")
@@ -144,133 +136,3 @@ PRESETS = {
     "small": Preset(dict(d_model=256, n_heads=8, d_ff=1024, n_layers=3), 1000, 8000),
     "base": Preset(dict(d_model=512, n_heads=8, d_ff=2048, n_layers=6), 4000, 25000),  # paper
 }
-
-
-# %% ../../notebooks/11_training.ipynb #d7f05d44
-def knob(default, help: str, group: str, low=None, low_ok=True, high=None, choices=None):
-    """A TrainConfig field. Its help text, group, bounds (low, or [low, high)) and choices both
-    check the value and make the field's command-line flag (chapter 13)."""
-    bounds = dict(low=low, low_ok=low_ok, high=high, choices=choices)
-    return field(default=default, metadata=dict(help=help, group=group, bounds=bounds))
-
-
-def bounds_problem(value, low=None, low_ok=True, high=None, choices=None) -> str | None:
-    """What is wrong with `value` under a knob's bounds and choices, or None."""
-    if choices is not None and value not in choices:
-        return f"{value!r} is not one of {', '.join(choices)}"
-    if value is None or low is None:
-        return None
-    if value < low or (value == low and not low_ok) or (high is not None and value >= high):
-        bounds = f"{'>=' if low_ok else '>'} {low}" + (f" and < {high}" if high else "")
-        return f"must be {bounds}, got {value}"
-    return None
-
-
-_DATA, _LENGTH = "data and model", "length and output"
-_OPT, _CADENCE = "batches, schedule and regularization", "cadences"
-
-
-# %% ../../notebooks/11_training.ipynb #849074c3
-@dataclass
-class TrainConfig:
-    """Every knob of a training run. None means the preset's value."""
-
-    src: str = knob("en", "source language", _DATA, choices=LANGUAGES)
-    tgt: str = knob("de", "target language", _DATA, choices=LANGUAGES)
-    preset: str = knob(
-        "tiny",
-        "model size: tiny (a CPU), small (one GPU), base (the paper's)",
-        _DATA,
-        choices=tuple(PRESETS),
-    )
-    d_model: int | None = knob(None, "width d_model (default: the preset's)", _DATA, low=1)
-    n_heads: int | None = knob(None, "attention heads h (default: the preset's)", _DATA, low=1)
-    d_ff: int | None = knob(None, "feed-forward width d_ff (default: the preset's)", _DATA, low=1)
-    n_layers: int | None = knob(None, "layers N per stack (default: the preset's)", _DATA, low=1)
-    vocab_size: int = knob(8000, "pieces of the shared vocabulary (chapter 1)", _DATA, low=100)
-    max_steps: int | None = knob(
-        None, "stop after this many steps (or epochs, or seconds, whichever first)", _LENGTH, low=1
-    )
-    epochs: int | None = knob(None, "stop after this many passes over the data", _LENGTH, low=1)
-    max_seconds: float | None = knob(
-        None,
-        "stop once this many seconds have passed since the process started; the final "
-        "validation and checkpoint follow",
-        _LENGTH,
-        low=0,
-        low_ok=False,
-    )
-    seed: int = knob(0, "seed of weights, data order, dropout", _LENGTH)
-    out: str = knob("runs/train", "output folder (metrics, checkpoints)", _LENGTH)
-    resume: bool = knob(
-        False, "continue the run in its output folder from its latest checkpoint", _LENGTH
-    )
-    device: str = knob("auto", "auto (CUDA if available), cpu, cuda, cuda:1, ...", _LENGTH)
-    token_budget: int | None = knob(
-        None, "padded positions per batch and process (default: the preset's)", _OPT, low=1
-    )
-    warmup: int | None = knob(
-        None, "warm-up steps of the Noam schedule (default: the preset's)", _OPT, low=1
-    )
-    lr_factor: float = knob(1.0, "factor of the Noam schedule", _OPT, low=0, low_ok=False)
-    label_smoothing: float = knob(0.1, "epsilon of label smoothing", _OPT, low=0, high=1)
-    dropout: float = knob(0.1, "dropout probability", _OPT, low=0, high=1)
-    attention_dropout: float | None = knob(
-        None, "dropout on the attention weights (default: dropout)", _OPT, low=0, high=1
-    )
-    activation_dropout: float | None = knob(
-        None, "dropout on the feed-forward's hidden layer (default: dropout)", _OPT, low=0, high=1
-    )
-    clip: float = knob(1.0, "maximum gradient norm (0: no clipping)", _OPT, low=0)
-    amp: bool = knob(True, "bf16 autocast where the device supports it", _OPT)
-    compile: bool = knob(False, "torch.compile the model (pays off on a GPU; chapter 13)", _OPT)
-    cuda_graphs: bool = knob(False, "with compile: replay each step as a CUDA graph", _OPT)
-    log_every: int = knob(10, "steps between metrics records", _CADENCE, low=1)
-    eval_every: int = knob(500, "steps between validation losses", _CADENCE, low=1)
-    save_every: int = knob(500, "steps between checkpoints", _CADENCE, low=1)
-    keep: int = knob(
-        5, "step checkpoints kept besides latest.pt (chapter 12 averages them)", _CADENCE, low=1
-    )
-
-    def __post_init__(self):
-        problems = []
-        for f in fields(self):
-            problem = bounds_problem(getattr(self, f.name), **f.metadata["bounds"])
-            if problem:
-                problems.append(f"{f.name} {problem}")
-        if self.src == self.tgt:
-            problems.append(f"src and tgt are both {self.src!r}; pick two languages")
-        if self.max_steps is None and self.epochs is None and self.max_seconds is None:
-            problems.append("set max_steps, epochs or max_seconds (or several)")
-        if self.cuda_graphs and not self.compile:
-            problems.append("cuda_graphs works through torch.compile; set compile too")
-        if problems:
-            raise ValueError("invalid TrainConfig: " + "; ".join(problems))
-
-    def model_sizes(self) -> dict:
-        """The preset's d_model, n_heads, d_ff and n_layers, with the ones set here instead."""
-        sizes = PRESETS[self.preset].model
-        return sizes | {k: getattr(self, k) for k in sizes if getattr(self, k) is not None}
-
-
-# %% ../../notebooks/11_training.ipynb #5f1a9c2e
-def flag_of(f: Field) -> str:
-    """The `train` flag of a TrainConfig field: --token-budget for token_budget; a switch that
-    is on by default is turned off by --no-NAME (--no-amp)."""
-    name = f.name.replace("_", "-")
-    return f"--no-{name}" if f.default is True else f"--{name}"
-
-
-def train_argv(cfg: TrainConfig | Mapping) -> list[str]:
-    """The flags of `python -m transformer train` that rebuild cfg (a TrainConfig, or its dict).
-    Every value that is set is written, even a default, so that the command keeps meaning the
-    same run if a default changes; None (the preset's value) and a switch in its default state
-    need no flag."""
-    values = asdict(cfg) if isinstance(cfg, TrainConfig) else cfg
-    argv = []
-    for f in fields(TrainConfig):
-        value = values.get(f.name)
-        if value is None or (isinstance(value, bool) and value == f.default):
-            continue
-        argv += [flag_of(f)] if isinstance(value, bool) else [flag_of(f), str(value)]
-    return argv
