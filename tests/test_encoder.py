@@ -117,19 +117,6 @@ def test_encoder_is_bidirectional():
     assert (moved_causal[:-1] == 0).all()  # a causal mask (the decoder's) hides it
 
 
-def test_mask_errors_are_clear():
-    encoder = perturbed_encoder(norm_first=False)
-    ids, x = padded_batch([5, 2], 5)
-    with pytest.raises(ValueError, match=r"does not broadcast"):
-        encoder(x, padding_mask(ids, PAD))  # (batch, S) instead of (batch, 1, S, S)
-    with pytest.raises(ValueError, match=r"does not broadcast"):
-        encoder(x, encoder_mask(ids[:, :4], PAD))  # built for another length
-    with pytest.raises(TypeError, match=r"boolean mask"):
-        encoder(x, encoder_mask(ids, PAD).long())
-    with pytest.raises(ValueError, match=r"d_model=32"):
-        encoder(torch.randn(2, 5, 16, dtype=torch.float64))
-
-
 def test_norm_first_stack_has_final_layernorm():
     pre, post = (
         Encoder(sizes(n_layers=2, norm_first=True)),

@@ -142,12 +142,7 @@ def test_parameter_count_of_the_base_network():
     assert base.linear1.weight.shape == (2048, 512) and base.linear2.weight.shape == (512, 2048)
 
 
-def test_bad_input_gets_a_clear_error():
-    ours = FeedForward(D_MODEL, D_FF)
-    with pytest.raises(ValueError, match=r"d_model=32.*\(2, 5, 16\)"):
-        ours(torch.randn(2, 5, 16))
-    with pytest.raises(ValueError, match="d_model"):
-        ours(torch.tensor(1.0))
+def test_bad_settings_get_a_clear_error():
     with pytest.raises(ValueError, match="dropout"):
         FeedForward(D_MODEL, D_FF, dropout=1.0)
     with pytest.raises(ValueError, match="positive"):

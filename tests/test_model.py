@@ -384,6 +384,8 @@ def test_input_errors():
     bad[0, 0] = V
     with pytest.raises(ValueError, match=rf"token ids must lie in \[0, {V}\)"):
         model(src[:, :8], bad)
+    with pytest.raises(TypeError, match="token ids must be an integer tensor, got torch.float32"):
+        model(src[:, :8].float(), tgt)
     with pytest.raises(ValueError, match="src holds 3 sentences but tgt_in holds 2"):
         model(src[:, :8], tgt[:2])
     with pytest.raises(ValueError, match=r"must be a 2-D \(batch, seq\) tensor, got \(8,\)"):
@@ -392,3 +394,31 @@ def test_input_errors():
         model.decode(tgt[:2], memory, src[:2, :8])
     with pytest.raises(ValueError, match=r"memory \(3, 8, 32\) and src \(3, 6\) do not fit"):
         model.decode(tgt, memory, src[:, :6])
+
+
+def test_decode_checks_memory_and_cache():
+    """What the layers no longer check, decode does: the memory's width, and the cache."""
+    model = Transformer(small_config(max_len=8))  # d_model 32, 2 layers
+    src, tgt = batch()
+    src = src[:, :8]
+    memory = model.encode(src)  # (3, 8, 32)
+    fits = r"\(batch, T\), \(batch, S, d_model=32\) and \(batch, S\)"
+    with pytest.raises(
+        ValueError, match=rf"memory \(3, 8, 16\) and src \(3, 8\) do not fit {fits}"
+    ):
+        model.decode(tgt, memory[..., :16], src)
+    with pytest.raises(ValueError, match=r"memory NoneType and src \(3, 8\) do not fit"):
+        model.decode(tgt, None, src)
+    with pytest.raises(ValueError, match=r"source ids must be a 2-D \(batch, seq\) tensor"):
+        model.decode(tgt, memory, src[0])
+    deeper = Transformer(small_config(max_len=8, n_layers=3))
+    cache = DecoderCache()
+    deeper.decode(tgt[:, :1], deeper.encode(src), src, cache)
+    with pytest.raises(ValueError, match="cache holds 3 layers but this decoder has 2"):
+        model.decode(tgt[:, 1:2], memory, src, cache)
+    cache = DecoderCache()
+    model.decode(tgt[:, :1], memory, src, cache)  # kept: 3 sentences
+    with pytest.raises(ValueError, match="cache holds 3 sentences but tgt_in has 2"):
+        model.decode(tgt[:2, 1:2], memory[:2], src[:2], cache)
+    model.decode(tgt[:, 1:2], memory, src, cache)  # the right batch goes on
+    assert cache.length == 2

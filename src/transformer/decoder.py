@@ -44,17 +44,13 @@ class DecoderLayer(nn.Module):
         cache: dict[str, dict[str, Tensor]] | None = None,
         is_causal: bool = False,
     ) -> Tensor:  # (batch, T, d_model)
-        """x (batch, T, d_model), memory (batch, S, d_model) from the encoder.
+        """x (batch, T, d_model); memory (batch, S, d_model) from the encoder, None without
+        cross-attention.
 
         self_mask (batch, 1, T, T_keys) and cross_mask (batch, 1, T, S): bool, True = may attend
         (masks.decoder_mask and masks.cross_mask). is_causal=True instead of a self_mask: the causal
         mask as a flag (chapter 5). cache: a dict kept between decoding steps.
         """
-        if (memory is None) != (self.cross_attn is None):
-            raise ValueError(
-                "a decoder layer with cross-attention needs the encoder memory, and one without "
-                f"takes none; got memory={'None' if memory is None else tuple(memory.shape)}"
-            )
         self_cache = None if cache is None else cache.setdefault("self", {})
         x = self.self_residual(
             x, lambda h: self.self_attn(h, mask=self_mask, cache=self_cache, is_causal=is_causal)
@@ -96,17 +92,12 @@ class Decoder(nn.Module):
         is_causal: bool = False,
     ) -> Tensor:  # (batch, T, d_model)
         """x: the embedded target (batch, T, d_model); memory: the encoder output (batch, S,
-        d_model). Masks and is_causal as in DecoderLayer, shared by all layers. With a cache, x holds only the
-        new positions and self_mask (if any) spans the kept ones too: (T_new, length + T_new).
+        d_model). Masks and is_causal as in DecoderLayer, shared by all layers. With a cache, x
+        holds only the new positions and self_mask (if any) spans the kept ones too:
+        (T_new, length + T_new).
         """
-        if cache is not None:
-            if not cache.layers:
-                cache.layers = [{} for _ in self.layers]
-            elif len(cache.layers) != len(self.layers):
-                raise ValueError(
-                    f"the cache holds {len(cache.layers)} layers but this decoder has "
-                    f"{len(self.layers)}; start every new batch with a fresh DecoderCache()"
-                )
+        if cache is not None and not cache.layers:  # a new cache: one dict per layer
+            cache.layers = [{} for _ in self.layers]
         for i, layer in enumerate(self.layers):
             layer_cache = None if cache is None else cache.layers[i]
             x = layer(x, memory, self_mask, cross_mask, layer_cache, is_causal)

@@ -27,11 +27,5 @@ class FeedForward(nn.Module):
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: Tensor) -> Tensor:  # (..., d_model) -> (..., d_model)
-        if x.dim() == 0 or x.size(-1) != self.d_model:
-            raise ValueError(
-                f"FeedForward expects inputs of shape (..., d_model) with d_model={self.d_model}, "
-                f"got shape {tuple(x.shape)}; pass vectors of size {self.d_model} in the last "
-                f"dimension, or build the layer with the d_model of your inputs"
-            )
         hidden = self.dropout(torch.relu(self.linear1(x)))  # (..., d_ff)
         return self.linear2(hidden)  # (..., d_model)
