@@ -47,12 +47,12 @@ def main() -> None:
     device = resolve_device(args.device)
     torch.manual_seed(0)
     preset = PRESETS[args.preset]
-    model = Transformer(TransformerConfig(8000, 8000, **preset.model)).to(device).train()
+    model = Transformer(TransformerConfig(8000, 8000, **preset.sizes)).to(device).train()
     ids = torch.randint(4, 8000, (3, args.rows, args.length), device=device)
     ids[:, :, args.length // 2 :] = PAD_ID  # every row padded, as in a bucket
     amp_dtype = autocast_dtype(device)
     counts = attention_kernels(model, *ids, amp_dtype)
-    layers = preset.model["n_layers"]
+    layers = preset.sizes["n_layers"]
     print(
         f"preset {args.preset} ({layers} + {layers} layers) on {describe_device(device)}, "
         f"autocast {amp_dtype}: one training step"

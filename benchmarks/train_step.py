@@ -8,7 +8,7 @@ pass, and the median pass time is reported. The last line prints the ratio ours 
 in target tokens per second.
 
     python benchmarks/train_step.py                        # the paper's base config, CPU
-    python benchmarks/train_step.py --preset small         # the config chapter 14 trains
+    python benchmarks/train_step.py --preset small         # the config chapter 15 trains
     python benchmarks/train_step.py --device cuda --amp --compile --json results/benchmarks.json
 
 With --compile, torch.compile'd copies of both models are timed too. The FLOPs of one pass are
@@ -127,7 +127,7 @@ def record(path: Path, entry: dict) -> None:
     path.write_text(json.dumps([*entries, entry], indent=1) + "\n")
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--preset", choices=list(PRESETS), default="base")
     parser.add_argument("--device", default="cpu")
@@ -138,45 +138,46 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=1, help="untimed passes per model")
     parser.add_argument("--repeats", type=int, default=5, help="timed passes per model")
     parser.add_argument("--json", type=Path, help="append the measurement to this JSON list")
-    args = parser.parse_args()
-    device = torch.device(args.device)
+    return parser.parse_args()
 
-    torch.manual_seed(0)
-    tokenizer = multi30k_tokenizer()
-    preset = PRESETS[args.preset]
-    config = TransformerConfig(tokenizer.vocab_size, tokenizer.vocab_size, **preset.model)
-    batches = real_batches(args.batches, args.token_budget, config.max_len, tokenizer, device)
-    n_tokens = sum(int((b.tgt_out != PAD_ID).sum()) for b in batches)
-    amp_dtype = autocast_dtype(device, args.amp)
+
+def build_runs(config: TransformerConfig, warmup: int, device, compile: bool) -> dict[str, tuple]:
+    """(model as the step calls it, optimizer, scheduler) for ours and nn.Transformer, each from
+    the same seed, eager and, with compile, compiled."""
     runs = {}
     for name, build in (("ours", Transformer), ("nn.Transformer", TorchReference)):
-        for compiled in (False, True) if args.compile else (False,):
+        for compiled in (False, True) if compile else (False,):
             torch.manual_seed(0)
             model = build(config).to(device)
             model.check_ids = False  # Buckets checked the ids once, as in train
             step_model = torch.compile(model) if compiled else model
             runs[name + (" compiled" if compiled else "")] = (
                 step_model,
-                *make_optimizer(model, config.d_model, preset.warmup),
+                *make_optimizer(model, config.d_model, warmup),
             )
         n_params = sum(p.numel() for p in model.parameters())
         print(f"{name:>15}: {n_params / 1e6:.2f}M parameters")
-    flops = pass_flops(runs["ours"], batches, amp_dtype)  # also a first warm-up pass of ours
-    for _ in range(args.warmup):  # compiles, and lets allocators and caches settle
+    return runs
+
+
+def time_runs(runs: dict, batches, amp_dtype, device, warmup: int, repeats: int):
+    """Seconds of every timed pass, and the peak memory, per run; the runs alternate, so that
+    drifts in the machine's load hit all alike."""
+    for _ in range(warmup):  # compiles, and lets allocators and caches settle
         for run in runs.values():
             timed_pass(run, batches, amp_dtype, device)
     times = {name: [] for name in runs}
     memory = dict.fromkeys(runs, 0)
-    for _ in range(args.repeats):  # alternate, so drifts in machine load hit all alike
+    for _ in range(repeats):
         for name, run in runs.items():
             seconds, peak = timed_pass(run, batches, amp_dtype, device)
             times[name].append(seconds)
             memory[name] = max(memory[name], peak)
-    print(
-        f"preset {args.preset}, device {device}, autocast {amp_dtype}, threads "
-        f"{torch.get_num_threads()}, {len(batches)} batches, {n_tokens} target tokens and "
-        f"{flops / 1e12:.3f} TFLOP per pass, {args.repeats} repeats"
-    )
+    return times, memory
+
+
+def report(times: dict, memory: dict, n_tokens: int, flops: float, device) -> dict[str, dict]:
+    """Print and return each run's throughput, TFLOP/s, share of the peak and memory."""
     peak = peak_flops(device)
     variants = {}
     for name, ts in times.items():
@@ -195,17 +196,41 @@ def main() -> None:
             f"{name:>24}: {v['tokens_per_s']:>9.0f} target tokens/s, {v['tflops']:.2f} TFLOP/s"
             f"{extras} (median {median:.3f} s, spread {min(ts):.3f}-{max(ts):.3f} s)"
         )
+    return variants
+
+
+def ratios_of(variants: dict[str, dict]) -> dict[str, float]:
+    """Throughput ratios between the runs that were timed; the headline ratio last."""
     rate = {name: v["tokens_per_s"] for name, v in variants.items()}
-    ratios = {
-        f"{a} / {b}": round(rate[a] / rate[b], 3)
-        for a, b in (
-            ("ours", "nn.Transformer compiled"),
-            ("ours compiled", "nn.Transformer compiled"),
-            ("ours", "ours compiled"),
-            ("ours", "nn.Transformer"),  # last: the headline ratio
-        )
-        if a in rate and b in rate
-    }
+    pairs = (
+        ("ours", "nn.Transformer compiled"),
+        ("ours compiled", "nn.Transformer compiled"),
+        ("ours", "ours compiled"),
+        ("ours", "nn.Transformer"),
+    )
+    return {f"{a} / {b}": round(rate[a] / rate[b], 3) for a, b in pairs if a in rate and b in rate}
+
+
+def main() -> None:
+    args = parse_args()
+    device = torch.device(args.device)
+    torch.manual_seed(0)
+    tokenizer = multi30k_tokenizer()
+    preset = PRESETS[args.preset]
+    config = TransformerConfig(tokenizer.vocab_size, tokenizer.vocab_size, **preset.sizes)
+    batches = real_batches(args.batches, args.token_budget, config.max_len, tokenizer, device)
+    n_tokens = sum(int((b.tgt_out != PAD_ID).sum()) for b in batches)
+    amp_dtype = autocast_dtype(device, args.amp)
+    runs = build_runs(config, preset.warmup, device, args.compile)
+    flops = pass_flops(runs["ours"], batches, amp_dtype)  # also a first warm-up pass of ours
+    times, memory = time_runs(runs, batches, amp_dtype, device, args.warmup, args.repeats)
+    print(
+        f"preset {args.preset}, device {device}, autocast {amp_dtype}, threads "
+        f"{torch.get_num_threads()}, {len(batches)} batches, {n_tokens} target tokens and "
+        f"{flops / 1e12:.3f} TFLOP per pass, {args.repeats} repeats"
+    )
+    variants = report(times, memory, n_tokens, flops, device)
+    ratios = ratios_of(variants)
     if args.json:
         entry = {
             "benchmark": "train_step",

@@ -83,6 +83,19 @@ def test_order_is_a_function_of_seed_and_epoch_and_resumes_mid_epoch():
     assert a.state_dict() == b.state_dict() == {"epoch": 1, "position": 0}
 
 
+def test_each_epoch_groups_the_pairs_anew():
+    """Not only the order of the batches changes from epoch to epoch, but which pairs share a
+    batch: the shuffle within each bucket depends on the epoch too."""
+    pairs = random_pairs(300)
+    buckets = Buckets(pairs, 300, "cpu", 100, seed=3)
+
+    def groups(epoch: int) -> set[frozenset]:
+        return {frozenset(real_rows(b)) for b in buckets.epoch_batches(epoch)}
+
+    assert groups(0) == groups(0)
+    assert groups(0) != groups(1)
+
+
 def test_multi30k_needs_few_shapes():
     pairs = load_pairs("train", "en", "de", 256, multi30k_tokenizer())
     data = Buckets(pairs, 4096, "cpu", multi30k_tokenizer().vocab_size)

@@ -192,7 +192,7 @@ def test_record_writes_a_complete_result(tiny_run, tmp_path, capsys, beam_alphas
     assert result["command"].startswith("python -m transformer train --src en --tgt de")
     assert "&& python -m transformer record" in result["command"]
     assert len(result["samples"]) == 8  # ten asked for, but only eight sentences were scored
-    assert len(result["attention"]) == 12  # results.ATTENTION_SENTENCES
+    assert len(result["attention"]) == 12  # scoring.ATTENTION_SENTENCES
     assert [a["source"][:3] for a in result["attention"][:3]] == [
         ["▁A", "▁guy", "▁works"],  # short
         ["▁A", "▁little", "▁girl"],  # "her" must find the girl

@@ -174,8 +174,8 @@ def test_cached_steps_equal_full_pass(norm_first):
     torch.testing.assert_close(torch.cat([first, rest], dim=1), full, rtol=0, atol=1e-12)
     assert cache.length == cache2.length == 7
     assert len(cache.layers) == 3
-    assert cache.layers[0]["self"]["k"].shape == (3, 7, D_MODEL)
-    assert cache.layers[0]["cross"]["k"].shape == (3, 9, D_MODEL)
+    assert cache.layers[0].self_attn.k.shape == (3, 7, D_MODEL)
+    assert cache.layers[0].cross_attn.k.shape == (3, 9, D_MODEL)
 
 
 def test_the_decoder_layers_take_the_three_dropouts():
@@ -184,3 +184,19 @@ def test_the_decoder_layers_take_the_three_dropouts():
     assert layer.self_attn.dropout == layer.cross_attn.dropout == 0.05
     assert layer.feed_forward.dropout.p == 0.2
     assert layer.self_residual.dropout.p == layer.ff_residual.dropout.p == 0.3
+
+
+def test_cache_select_keeps_the_chosen_rows_of_every_layer():
+    """DecoderCache.select reorders every kept key and value, as beam search needs."""
+    torch.manual_seed(0)
+    stack = Decoder(StackConfig(n_layers=2, d_model=D_MODEL, n_heads=4, d_ff=64, dropout=0.0))
+    x, memory = torch.randn(3, 2, D_MODEL), torch.randn(3, 5, D_MODEL)
+    cache = DecoderCache()
+    with torch.no_grad():
+        stack(x, memory, causal_mask(2), None, cache)
+    before = [(layer.self_attn.k.clone(), layer.cross_attn.v.clone()) for layer in cache.layers]
+    cache.select(torch.tensor([2, 0]))
+    for layer, (k, v) in zip(cache.layers, before, strict=True):
+        assert torch.equal(layer.self_attn.k, k[[2, 0]])
+        assert torch.equal(layer.cross_attn.v, v[[2, 0]])
+    assert cache.length == 2

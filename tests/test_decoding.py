@@ -9,6 +9,7 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from transformer.decoding import beam_search, greedy_decode, length_limits, lp
+from transformer.devices import host_reads
 from transformer.model import Transformer, TransformerConfig
 
 V, PAD, BOS = 50, 0, 2
@@ -164,6 +165,8 @@ class MarkovModel(nn.Module):
     """A stand-in for Transformer whose next-token logits depend on the last token only:
     table[last]. It keeps count of its decoder calls, and works with and without a cache."""
 
+    check_ids = True  # Transformer's switch, which decoding turns off for the ids it chose
+
     def __init__(self, table: torch.Tensor, max_len: int = 64):
         super().__init__()
         n = table.size(0)
@@ -268,3 +271,20 @@ def test_decoding_stops_when_every_sentence_is_done():
 def test_bad_input_is_a_clear_value_error(call, message):
     with pytest.raises(ValueError, match=message):
         call(random_model(), padded_sources())
+
+
+@pytest.mark.parametrize("search", ["greedy", "beam"])
+def test_decoding_reads_the_source_ids_once_not_every_token(search):
+    """The ids of the source are checked (two reads: their smallest and largest) once per call;
+    the ids decoding chose itself are never re-read, however many tokens it makes."""
+    model, src = random_model(), padded_sources()
+    with host_reads() as reads:
+        if search == "greedy":
+            out = greedy_decode(model, src, max_len=12, eos_id=None)
+        else:
+            out = beam_search(model, src, beam_size=3, max_len=12, eos_id=None)
+    assert (out.size(1) if search == "greedy" else max(map(len, out))) == 12  # twelve steps
+    assert {site: n for site, n in reads.items() if site.startswith("check_token_ids")} == {
+        "check_token_ids: __bool__": 2
+    }
+    assert model.check_ids  # restored after decoding

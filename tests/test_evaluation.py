@@ -6,11 +6,10 @@ import torch
 from sacrebleu.metrics import BLEU
 
 from transformer import evaluation
+from transformer.attention_maps import attention_maps, attention_weights
 from transformer.checkpoints import save_checkpoint
 from transformer.data import load_multi30k
 from transformer.evaluation import (
-    attention_maps,
-    attention_weights,
     average_checkpoints,
     corpus_bleu,
     evaluate_split,

@@ -2,7 +2,7 @@ import pytest
 import torch
 from torch import nn
 
-from transformer.multihead import MultiHeadAttention
+from transformer.multihead import KVCache, MultiHeadAttention
 
 D_MODEL, N_HEADS = 32, 4
 
@@ -220,7 +220,7 @@ def test_cache_step_by_step_equals_full_pass():
     x = torch.randn(2, 6, D_MODEL, dtype=torch.float64)
     memory = torch.randn(2, 4, D_MODEL, dtype=torch.float64)
     causal = torch.ones(6, 6, dtype=torch.bool).tril()
-    self_cache, cross_cache = {}, {}
+    self_cache, cross_cache = KVCache(), KVCache()
     steps_self, steps_cross = [], []
     for t in range(0, 6, 2):  # two new positions per call: causal within the block
         block = causal[t : t + 2, : t + 2]  # (new, earlier + new)
@@ -228,5 +228,5 @@ def test_cache_step_by_step_equals_full_pass():
         steps_cross.append(mha(x[:, t : t + 2], memory, cache=cross_cache))
     torch.testing.assert_close(torch.cat(steps_self, 1), mha(x, mask=causal), rtol=0, atol=1e-12)
     torch.testing.assert_close(torch.cat(steps_cross, 1), mha(x, memory), rtol=0, atol=1e-12)
-    assert self_cache["k"].shape == (2, 6, N_HEADS * mha.d_head)
-    assert cross_cache["k"].shape == (2, 4, N_HEADS * mha.d_head)
+    assert self_cache.k.shape == (2, 6, N_HEADS * mha.d_head)
+    assert cross_cache.k.shape == (2, 4, N_HEADS * mha.d_head)

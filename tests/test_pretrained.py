@@ -13,7 +13,8 @@ import pytest
 
 from transformer.explorer import explore
 from transformer.pretrained import MANIFEST, WEIGHTS, load_pretrained, read_manifest
-from transformer.results import attention_record, load_results
+from transformer.results import load_results
+from transformer.scoring import attention_record
 
 DIRECTIONS = ("de-en", "en-de")
 

@@ -193,7 +193,7 @@ def test_config_checks():
 
 
 def test_model_sizes_are_the_presets_with_the_fields_set():
-    small = PRESETS["small"].model
+    small = PRESETS["small"].sizes
     assert TrainConfig(preset="small", epochs=1).model_sizes() == small
     four = TrainConfig(preset="small", epochs=1, n_layers=4, d_ff=512).model_sizes()
     assert four == small | {"n_layers": 4, "d_ff": 512}

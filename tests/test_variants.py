@@ -1,9 +1,11 @@
-"""The encoder-only and decoder-only language models of chapter 15 (transformer.variants)."""
+"""The encoder-only and decoder-only language models of chapter 16 (transformer.variants)."""
 
 import pytest
 import torch
 
 from transformer.decoder import DecoderCache
+from transformer.devices import host_reads
+from transformer.generation import generate, sample_token
 from transformer.model import TransformerConfig
 from transformer.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from transformer.variants import (
@@ -14,11 +16,9 @@ from transformer.variants import (
     MaskedLM,
     clm_loss,
     fill_mask,
-    generate,
     lm_config,
     mask_tokens,
     mlm_loss,
-    sample_token,
 )
 
 V = 50  # a toy vocabulary: ids 0-3 are special, 4-49 are pieces
@@ -332,3 +332,24 @@ def test_language_models_need_one_vocabulary(model_class):
     two = TransformerConfig(V, V + 10, d_model=32, n_heads=4, share_embeddings=False)
     with pytest.raises(ValueError, match="one vocabulary"):
         model_class(two)
+
+
+def test_generation_reads_the_prompt_ids_once_not_every_token():
+    """generate checks the prompt's ids (two reads) and never re-reads the ids it chose."""
+    model = models()[1]
+    prompt = torch.tensor([[BOS_ID, *pieces(4).tolist()]])
+    with host_reads() as reads:
+        out = generate(model, prompt, 10, eos_id=-1)  # no EOS: ten new tokens
+    assert out.size(1) == 5 + 10
+    assert {site: n for site, n in reads.items() if site.startswith("check_token_ids")} == {
+        "check_token_ids: __bool__": 2
+    }
+    assert model.check_ids  # restored after generating
+
+
+def test_masked_model_refuses_ids_outside_its_vocabulary():
+    """MaskedLM takes the pieces and [MASK] (id vocab_size), and names anything else."""
+    model = models()[0]
+    model(torch.tensor([[FIRST_PIECE_ID, model.mask_id]]))  # [MASK] is an id of the model
+    with pytest.raises(ValueError, match="token ids"):
+        model(torch.tensor([[FIRST_PIECE_ID, model.mask_id + 1]]))

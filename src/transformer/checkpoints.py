@@ -2,7 +2,6 @@
 
 # %% auto #0
 __all__ = [
-    "atomic_write",
     "save_checkpoint",
     "load_checkpoint",
     "check_config",
@@ -19,24 +18,11 @@ import json
 import os
 import shutil
 import warnings
-from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
-
-def atomic_write(path: str | Path, write: Callable[[Path], object]) -> Path:
-    """Call write(tmp) on a temporary file beside `path`, then rename it onto `path` in one step,
-    so that a reader (or a crash) never sees half a file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return path
+from .data import atomic_write
 
 
 def save_checkpoint(state: dict, path: str | Path) -> None:
@@ -114,6 +100,7 @@ def load_resumable(out: str | Path) -> tuple[dict, Path]:
     raise FileNotFoundError(f"no checkpoint at {latest}")
 
 
+# %% ../../notebooks/12_training_loop.ipynb #0b4aac8f
 def rng_state(device: torch.device) -> dict:
     """The random states that dropout draws from on `device` (and the CPU's)."""
     cuda = torch.cuda.get_rng_state(device) if device.type == "cuda" else None

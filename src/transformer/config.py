@@ -13,7 +13,7 @@ from .training import PRESETS
 
 def knob(default, help: str, group: str, low=None, low_ok=True, high=None, choices=None):
     """A TrainConfig field. Its help text, group, bounds (low, or [low, high)) and choices both
-    check the value and make the field's command-line flag (chapter 14)."""
+    check the value and make the field's command-line flag (chapter 15)."""
     bounds = dict(low=low, low_ok=low_ok, high=high, choices=choices)
     return field(default=default, metadata=dict(help=help, group=group, bounds=bounds))
 
@@ -31,7 +31,8 @@ def bounds_problem(value, low=None, low_ok=True, high=None, choices=None) -> str
 
 
 _DATA, _LENGTH = "data and model", "length and output"
-_OPT, _CADENCE = "batches, schedule and regularization", "cadences"
+_OPT, _DEVICE = "batches, schedule and regularization", "device and speed"
+_CADENCE = "cadences"
 
 
 # %% ../../notebooks/12_training_loop.ipynb #849074c3
@@ -64,12 +65,12 @@ class TrainConfig:
         low=0,
         low_ok=False,
     )
-    seed: int = knob(0, "seed of weights, data order, dropout", _LENGTH)
+    seed: int = knob(0, "seed of weights, data order, dropout", _DATA)
     out: str = knob("runs/train", "output folder (metrics, checkpoints)", _LENGTH)
     resume: bool = knob(
         False, "continue the run in its output folder from its latest checkpoint", _LENGTH
     )
-    device: str = knob("auto", "auto (CUDA if available), cpu, cuda, cuda:1, ...", _LENGTH)
+    device: str = knob("auto", "auto (CUDA if available), cpu, cuda, cuda:1, ...", _DEVICE)
     token_budget: int | None = knob(
         None, "padded positions per batch and process (default: the preset's)", _OPT, low=1
     )
@@ -86,9 +87,9 @@ class TrainConfig:
         None, "dropout on the feed-forward's hidden layer (default: dropout)", _OPT, low=0, high=1
     )
     clip: float = knob(1.0, "maximum gradient norm (0: no clipping)", _OPT, low=0)
-    amp: bool = knob(True, "bf16 autocast where the device supports it", _OPT)
-    compile: bool = knob(False, "torch.compile the model (pays off on a GPU; chapter 14)", _OPT)
-    cuda_graphs: bool = knob(False, "with compile: replay each step as a CUDA graph", _OPT)
+    amp: bool = knob(True, "bf16 autocast where the device supports it", _DEVICE)
+    compile: bool = knob(False, "torch.compile the model (pays off on a GPU; chapter 15)", _DEVICE)
+    cuda_graphs: bool = knob(False, "with compile: replay each step as a CUDA graph", _DEVICE)
     log_every: int = knob(10, "steps between metrics records", _CADENCE, low=1)
     eval_every: int = knob(500, "steps between validation losses", _CADENCE, low=1)
     save_every: int = knob(500, "steps between checkpoints", _CADENCE, low=1)
@@ -103,7 +104,7 @@ class TrainConfig:
 
     def model_sizes(self) -> dict:
         """The preset's d_model, n_heads, d_ff and n_layers, with the ones set here instead."""
-        sizes = PRESETS[self.preset].model
+        sizes = PRESETS[self.preset].sizes
         return sizes | {k: getattr(self, k) for k in sizes if getattr(self, k) is not None}
 
 

@@ -7,6 +7,7 @@ __all__ = [
     "LANGUAGES",
     "SHA256",
     "cache_dir",
+    "atomic_write",
     "multi30k_file",
     "read_sentences",
     "load_multi30k",
@@ -18,6 +19,7 @@ import hashlib
 import os
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 import platformdirs
@@ -58,20 +60,32 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def _download(url: str, path: Path) -> None:
-    """Fetch `url` into `path` through a temporary file, so a broken download leaves nothing."""
+def atomic_write(path: str | Path, write: Callable[[Path], object]) -> Path:
+    """Call write(tmp) on a temporary file beside `path`, then rename it onto `path` in one step,
+    so that a reader (or a crash) never sees half a file. Every file the package writes goes
+    through here: downloads, tokenizers, checkpoints, records, shipped weights."""
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".part")
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
+def _download(url: str, path: Path) -> None:
+    """Fetch `url` into `path` atomically, so a broken download leaves nothing."""
     try:
         with urllib.request.urlopen(url, timeout=60) as response:
-            tmp.write_bytes(response.read())
+            data = response.read()
     except (urllib.error.URLError, OSError) as err:
-        tmp.unlink(missing_ok=True)
         raise ConnectionError(
             f"could not download {url} ({err}). Without network access, copy the Multi30k "
             f"files into a folder and point MULTI30K_DIR at it."
         ) from err
-    tmp.replace(path)
+    atomic_write(path, lambda tmp: tmp.write_bytes(data))
 
 
 # %% ../../notebooks/01_tokenization.ipynb #f2264b3c

@@ -7,6 +7,8 @@ __all__ = [
     "check_memory",
     "check_cache",
     "xavier_init",
+    "check_pair",
+    "check_decode_inputs",
     "Transformer",
 ]
 
@@ -92,7 +94,7 @@ def check_cache(cache: DecoderCache, n_layers: int, tgt_in: Tensor) -> None:
             f"the cache holds {len(cache.layers)} layers but this decoder has {n_layers}; "
             "start every new batch with a fresh DecoderCache()"
         )
-    kept = cache.layers[0]["self"]["k"] if cache.length else None  # (batch, length, h d_head)
+    kept = cache.layers[0].self_attn.k if cache.length else None  # (batch, length, h d_head)
     if kept is not None and kept.size(0) != tgt_in.size(0):
         raise ValueError(
             f"the cache holds {kept.size(0)} sentences but tgt_in has {tgt_in.size(0)}; "
@@ -107,6 +109,28 @@ def xavier_init(*stacks: nn.Module) -> None:
         for p in stack.parameters():
             if p.dim() > 1:
                 nn.init.xavier_uniform_(p)
+
+
+# %% ../../notebooks/10_transformer.ipynb #9945482d
+def check_pair(src: Tensor, tgt_in: Tensor) -> None:
+    """A clear error unless src (batch, S) and tgt_in (batch, T) hold as many sentences."""
+    if src.size(0) != tgt_in.size(0):
+        raise ValueError(
+            f"src holds {src.size(0)} sentences but tgt_in holds {tgt_in.size(0)}; "
+            "pair every target with its source"
+        )
+
+
+def check_decode_inputs(
+    c: TransformerConfig, tgt_in: Tensor, memory, src: Tensor, cache, values: bool
+) -> None:
+    """What decode checks: the target's ids, the source's shape, the memory and the cache."""
+    start = 0 if cache is None else cache.length
+    check_input_ids("target", tgt_in, c.tgt_vocab_size, c.max_len, start, values=values)
+    check_input_ids("source", src, c.src_vocab_size, c.max_len, values=False)  # its shape
+    check_memory(tgt_in, memory, src, c.d_model)
+    if cache is not None:
+        check_cache(cache, c.n_layers, tgt_in)
 
 
 # %% ../../notebooks/10_transformer.ipynb #52920b60
@@ -146,23 +170,14 @@ class Transformer(nn.Module):
     ) -> Tensor:  # (batch, T) -> logits (batch, T, tgt_vocab_size)
         """Logits H E^T for the next token at each target position. With a cache,
         tgt_in holds only the new positions; the earlier ones were kept by the previous calls."""
-        c, start = self.config, 0 if cache is None else cache.length
-        check_input_ids("target", tgt_in, c.tgt_vocab_size, c.max_len, start, values=self.check_ids)
-        check_input_ids("source", src, c.src_vocab_size, c.max_len, values=False)  # its shape
-        check_memory(tgt_in, memory, src, c.d_model)
-        if cache is not None:
-            check_cache(cache, c.n_layers, tgt_in)
+        check_decode_inputs(self.config, tgt_in, memory, src, cache, values=self.check_ids)
         return self._decode(tgt_in, memory, src, cache)
 
     def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:  # -> (batch, T, tgt_vocab_size)
         c = self.config
         check_input_ids("source", src, c.src_vocab_size, c.max_len, values=self.check_ids)
         check_input_ids("target", tgt_in, c.tgt_vocab_size, c.max_len, values=self.check_ids)
-        if src.size(0) != tgt_in.size(0):
-            raise ValueError(
-                f"src holds {src.size(0)} sentences but tgt_in holds {tgt_in.size(0)}; "
-                "pair every target with its source"
-            )
+        check_pair(src, tgt_in)
         return self._decode(tgt_in, self._encode(src), src)
 
     def _encode(self, src: Tensor) -> Tensor:  # the checked entry points call these two

@@ -112,6 +112,7 @@ def wrap(model: Transformer, cfg: TrainConfig, world_size: int) -> nn.Module:
     return net
 
 
+# %% ../../notebooks/12_training_loop.ipynb #047a4b2c
 def start_run(
     cfg: TrainConfig, rank: int = 0, world_size: int = 1, device="cpu", started=None
 ) -> Run:

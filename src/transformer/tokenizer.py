@@ -20,7 +20,7 @@ from pathlib import Path
 
 import sentencepiece as spm
 
-from .data import SHA256, cache_dir, read_sentences
+from .data import SHA256, atomic_write, cache_dir, read_sentences
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 
@@ -70,12 +70,7 @@ class Tokenizer:
             vocab_size=vocab_size,
             **TRAIN_OPTIONS,
         )
-        path = Path(model_file)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".part")
-        tmp.write_bytes(model.getvalue())
-        tmp.replace(path)
-        return cls(path)
+        return cls(atomic_write(model_file, lambda tmp: tmp.write_bytes(model.getvalue())))
 
     @property
     def vocab_size(self) -> int:

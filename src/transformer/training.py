@@ -126,7 +126,7 @@ def evaluate_loss(
 class Preset(NamedTuple):
     """A model shape with the warm-up and batch size that suit it."""
 
-    model: dict
+    sizes: dict  # d_model, n_heads, d_ff, n_layers
     warmup: int
     token_budget: int
 
