@@ -134,7 +134,7 @@ def bare_steps(run: Run, first: int, last: int) -> float:
     start = time.perf_counter()
     for batch in batches:
         train_step(
-            run.net,
+            run.wrapped_model,
             batch,
             run.optimizer,
             run.scheduler,

@@ -37,7 +37,7 @@ def beam_alphas(monkeypatch) -> list[float]:
     def spy(*args, **kwargs):
         call = signature.bind(*args, **kwargs)
         call.apply_defaults()
-        alphas.append(call.arguments["length_penalty"])
+        alphas.append(call.arguments["alpha"])
         return real(*args, **kwargs)
 
     monkeypatch.setattr(evaluation, "beam_search", spy)

@@ -9,8 +9,10 @@ import pytest
 import torch
 
 from transformer import evaluation, results
+from transformer.arguments import decoding_of
 from transformer.cli import build_parser, main
 from transformer.config import TrainConfig, train_argv
+from transformer.evaluation import Decoding
 from transformer.results import load_results, missing_keys, train_command
 from transformer.search import read_grid, read_trials
 
@@ -40,7 +42,7 @@ def error_of(argv: list[str], capsys) -> str:
         (["search"], "the following arguments are required: grid, --out"),
         (["train", "--max-steps", "5", "--device", "gpu"], "'gpu' is not a device"),
         (["train", "--max-steps", "5", "--cuda-graphs"], "cuda_graphs works through torch.compile"),
-        (["translate", "--checkpoint", "x", "--beam", "0"], "--beam: must be >= 1, got 0"),
+        (["translate", "--checkpoint", "x", "--beam-size", "0"], "--beam-size: must be >= 1"),
         (["evaluate", "--checkpoint", "x", "--split", "dev"], "invalid choice: 'dev'"),
         (["record", "run"], "the following arguments are required: --out"),
         (["fly"], "invalid choice: 'fly'"),
@@ -147,7 +149,7 @@ def test_translate_keeps_empty_lines_and_warns_on_long_input(
     long_line = "a dog " * 200  # longer than max_len=256 pieces
     monkeypatch.setattr("sys.stdin", io.StringIO(f"A man rides a bike.\n\n{long_line}\n"))
     with pytest.warns(UserWarning, match="1 of 3 sentences are longer than the model's max_len"):
-        assert main(["translate", "--checkpoint", str(tiny_run), "--beam", "2"]) == 0
+        assert main(["translate", "--checkpoint", str(tiny_run), "--beam-size", "2"]) == 0
     lines = capsys.readouterr().out.split("\n")
     assert len(lines) == 4 and lines[0] and lines[1] == "" and lines[3] == ""
     assert beam_alphas == [0.6]  # no --alpha: the paper's
@@ -155,18 +157,30 @@ def test_translate_keeps_empty_lines_and_warns_on_long_input(
 
 def test_evaluate_prints_both_bleu_and_writes_translations(tiny_run, tmp_path, capsys):
     hyps = tmp_path / "val.hyp.txt"
-    argv = ["evaluate", "--checkpoint", str(tiny_run), "--split", "val", "--beam", "1"]
+    argv = ["evaluate", "--checkpoint", str(tiny_run), "--split", "val", "--beam-size", "1"]
     assert main([*argv, "--average", "5", "--hypotheses", str(hyps)]) == 0
     out = capsys.readouterr().out
     assert "case:mixed|eff:no|tok:13a" in out and "case:lc|eff:no|tok:13a" in out
     assert len(hyps.read_text().splitlines()) == 1014
 
 
+def test_the_decoding_flags_are_the_fields_of_decoding():
+    """One value, one spelling: --average, --beam-size and --alpha fill a Decoding, field by
+    field, for every command that decodes."""
+    for command in (["translate", "--model", "en-de"], ["record", "run", "--out", "x"]):
+        args = build_parser().parse_args([*command, "--average", "3", "--beam-size", "2"])
+        assert decoding_of(args) == Decoding(average=3, beam_size=2, alpha=0.6)
+    names = {f.name for f in fields(Decoding)}
+    assert names == {"average", "beam_size", "alpha"}
+    ship = build_parser().parse_args(["ship", "run", "--alpha", "1.5"])
+    assert {name: getattr(ship, name) for name in names} == asdict(Decoding(alpha=1.5))
+
+
 def test_alpha_reaches_beam_search(tiny_run, tmp_path, monkeypatch, beam_alphas):
     """--alpha is the length penalty of the beam searches that translate and evaluate run."""
     load = evaluation.load_multi30k
     monkeypatch.setattr(evaluation, "load_multi30k", lambda *args: load(*args)[:4])  # quick
-    argv = ["--checkpoint", str(tiny_run), "--beam", "2", "--alpha"]
+    argv = ["--checkpoint", str(tiny_run), "--beam-size", "2", "--alpha"]
     assert main(["translate", *argv, "1.3", "A dog runs."]) == 0
     hyps = tmp_path / "val.hyp.txt"
     assert main(["evaluate", *argv, "0", "--split", "val", "--hypotheses", str(hyps)]) == 0
@@ -176,7 +190,7 @@ def test_alpha_reaches_beam_search(tiny_run, tmp_path, monkeypatch, beam_alphas)
 
 def test_record_writes_a_complete_result(tiny_run, tmp_path, capsys, beam_alphas):
     out = tmp_path / "results" / "en-de.json"
-    argv = ["record", str(tiny_run), "--out", str(out), "--max-sentences", "8", "--beam", "2"]
+    argv = ["record", str(tiny_run), "--out", str(out), "--max-sentences", "8", "--beam-size", "2"]
     assert main([*argv, "--alpha", "0.9"]) == 0
     assert beam_alphas == [0.9, 0.9]  # val, then test_2016_flickr
     (result,) = load_results(out.parent)
@@ -243,8 +257,12 @@ def write_grid(path, trials: dict, decoding: list[dict], **base) -> str:
     [
         ({"trials": {"a": {"lr": 1}}}, "trial 'a': .*unexpected keyword argument 'lr'"),
         ({"trials": {"b": {"dropout": 2}}}, "trial 'b': invalid TrainConfig: dropout must be"),
-        ({"trials": {}, "decoding": [{"beam": 0}]}, "a decoding has average >= 1, beam >= 1"),
-        ({"trials": {}, "decoding": [{"width": 4}]}, "a decoding has average >= 1"),
+        ({"trials": {}, "decoding": [{"beam_size": 0}]}, "beam_size must be a positive integer"),
+        (
+            {"trials": {}, "decoding": [{"beam": 4}]},
+            "decoding .*unexpected keyword argument 'beam'",
+        ),
+        ({"trials": {}, "decoding": [{"alpha": -1}]}, "alpha, the length penalty exponent, must"),
         ({"trial": {}}, "a grid is an object with trials"),
     ],
 )
@@ -269,7 +287,7 @@ def test_search_records_every_trial_and_resumes(tmp_path, capsys):
             "one-layer-1k": {"n_layers": 1, "vocab_size": 1000},
             "bad": {"token_budget": 5},
         },
-        decoding=[{"average": 2, "beam": 1}, {"average": 3}],
+        decoding=[{"average": 2, "beam_size": 1}, {"average": 3}],
     )
     out, runs = tmp_path / "trials.jsonl", tmp_path / "runs"
     argv = ["search", grid, "--out", str(out), "--runs", str(runs), "--max-sentences", "4"]
@@ -284,7 +302,7 @@ def test_search_records_every_trial_and_resumes(tmp_path, capsys):
     ]
     tiny, _, small, _, bad = trials
     assert tiny["val"]["signature_lc"].startswith("nrefs:1|case:lc")
-    assert tiny["steps"] == 4 and tiny["decoding"] == {"average": 2, "beam": 1, "alpha": 0.6}
+    assert tiny["steps"] == 4 and tiny["decoding"] == {"average": 2, "beam_size": 1, "alpha": 0.6}
     assert 0 < tiny["train_wall_seconds"] <= tiny["process_seconds"]
     assert small["model"]["n_layers"] == 1 and small["model"]["src_vocab_size"] == 1000
     assert small["changes"] == {"n_layers": 1, "vocab_size": 1000}

@@ -77,7 +77,7 @@ def test_beam_of_one_is_greedy(norm_first):
     eos = produced_token(model, src)
     greedy = rows(greedy_decode(model, src, eos_id=eos))
     assert beam_search(model, src, beam_size=1, eos_id=eos) == greedy
-    assert beam_search(model, src, beam_size=1, eos_id=eos, length_penalty=2.0) == greedy
+    assert beam_search(model, src, beam_size=1, eos_id=eos, alpha=2.0) == greedy
 
 
 def test_beam_search_with_cache_equals_without():
@@ -222,7 +222,7 @@ def test_a_wide_beam_finds_the_exhaustive_best(seed, alpha):
     want = best_by_exhaustion(table, limit=5, alpha=alpha)
     # UNK, EOS, A or B may follow: at most 3**4 live prefixes, whose 4 * 81 extensions all fit in
     # the 400 best, so nothing is pruned and beam search is exhaustive
-    assert beam_search(model, src, 400, max_len=5, eos_id=EOS, length_penalty=alpha) == [want]
+    assert beam_search(model, src, 400, max_len=5, eos_id=EOS, alpha=alpha) == [want]
 
 
 def test_a_hypothesis_that_finished_early_is_kept():
@@ -233,11 +233,11 @@ def test_a_hypothesis_that_finished_early_is_kept():
     model, src = MarkovModel(p.log()), torch.tensor([[4, 4]])
     assert rows(greedy_decode(model, src, max_len=6, eos_id=EOS)) == [[A] * 6]  # greedy: A A A
     model.calls = 0
-    out = beam_search(model, src, beam_size=2, max_len=6, eos_id=EOS, length_penalty=0.0)
+    out = beam_search(model, src, beam_size=2, max_len=6, eos_id=EOS, alpha=0.0)
     assert model.calls > 1  # the beam went on after [EOS] finished at step 1 ...
     assert out == [[EOS]] == [best_by_exhaustion(p.log(), 6, 0.0)]  # ... and [EOS] still won
     # a length penalty that favours long outputs picks another answer, still the best one
-    long = beam_search(model, src, beam_size=2, max_len=6, eos_id=EOS, length_penalty=3.0)
+    long = beam_search(model, src, beam_size=2, max_len=6, eos_id=EOS, alpha=3.0)
     assert long != [[EOS]] and long == [best_by_exhaustion(p.log(), 6, 3.0)]
 
 
@@ -257,7 +257,7 @@ def test_decoding_stops_when_every_sentence_is_done():
     [
         (lambda m, s: beam_search(m, s, beam_size=0), "beam_size must be a positive integer"),
         (lambda m, s: beam_search(m, s, beam_size=2.5), "beam_size must be a positive integer"),
-        (lambda m, s: beam_search(m, s, 2, length_penalty=-1), "length_penalty"),
+        (lambda m, s: beam_search(m, s, 2, alpha=-1), "alpha, the length penalty exponent"),
         (lambda m, s: greedy_decode(m, s, max_len=0), "max_len must be an integer from 1"),
         (lambda m, s: beam_search(m, s, 2, max_len=65), "max_len must be an integer from 1"),
         (lambda m, s: greedy_decode(m, s[0]), "2-D"),

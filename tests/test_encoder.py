@@ -156,3 +156,10 @@ def test_the_three_dropouts_reach_their_modules():
     assert layer.attn_residual.dropout.p == layer.ff_residual.dropout.p == 0.3  # on the outputs
     with pytest.raises(ValueError, match="activation_dropout must lie in"):
         StackConfig(activation_dropout=1.0)
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.0, True, "512"])
+def test_sizes_must_be_positive_integers(bad):
+    """A bool is refused too, although Python counts it as an int."""
+    with pytest.raises(ValueError, match=rf"d_ff must be a positive integer, got {bad!r}"):
+        StackConfig(d_ff=bad)

@@ -10,6 +10,7 @@ from transformer.attention_maps import attention_maps, attention_weights
 from transformer.checkpoints import save_checkpoint
 from transformer.data import load_multi30k
 from transformer.evaluation import (
+    Decoding,
     average_checkpoints,
     corpus_bleu,
     evaluate_split,
@@ -120,12 +121,14 @@ def random_model(tokenizer, max_len: int = 24) -> Transformer:
 def test_translate_empty_lines_and_order(tokenizer):
     model = random_model(tokenizer)
     lines = ["A dog runs.", "", "   ", "Two men ☃ in the snow.", "A girl."]
-    out = translate(model, tokenizer, lines, beam_size=2, max_len=6, batch_size=2)
+    out = translate(model, tokenizer, lines, Decoding(beam_size=2), max_len=6, batch_size=2)
     assert len(out) == len(lines) and out[1] == out[2] == ""
     assert all(out[i] for i in (0, 3, 4))  # a random model still writes something
     for line, translation in zip(lines, out, strict=True):  # batching and sorting change nothing
-        assert translate(model, tokenizer, [line], beam_size=2, max_len=6) == [translation]
-    assert translate(model, tokenizer, lines, beam_size=1, max_len=6)[1:3] == ["", ""]
+        assert translate(model, tokenizer, [line], Decoding(beam_size=2), max_len=6) == [
+            translation
+        ]
+    assert translate(model, tokenizer, lines, Decoding(beam_size=1), max_len=6)[1:3] == ["", ""]
     assert translate(model, tokenizer, []) == []
 
 
@@ -135,12 +138,12 @@ def test_translate_truncates_long_sentences_with_a_warning(tokenizer):
     assert len(tokenizer.encode(long)) > 10
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        out = translate(model, tokenizer, [long, "A dog.", long], beam_size=1)
+        out = translate(model, tokenizer, [long, "A dog.", long], Decoding(beam_size=1))
     assert len(caught) == 1
     assert "2 of 3 sentences are longer than the model's max_len=10" in str(caught[0].message)
     assert out[0] == out[2] != ""
     truncated = tokenizer.decode(tokenizer.encode(long)[:10])
-    assert out[0] == translate(model, tokenizer, [truncated], beam_size=1)[0]
+    assert out[0] == translate(model, tokenizer, [truncated], Decoding(beam_size=1))[0]
 
 
 def test_translate_refuses_bad_input(tokenizer):
@@ -175,15 +178,34 @@ def test_bleu_wrapper_matches_sacrebleu():
         corpus_bleu([], [])
 
 
-def test_length_penalty_reaches_beam_search(tokenizer, beam_alphas):
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"beam_size": 0}, "beam_size must be a positive integer, got 0"),
+        ({"beam_size": True}, "beam_size must be a positive integer, got True"),
+        ({"average": 2.0}, "average must be a positive integer, got 2.0"),
+        ({"alpha": -0.1}, "alpha, the length penalty exponent, must be >= 0, got -0.1"),
+        ({"alpha": "0.6"}, "alpha, the length penalty exponent, must be >= 0, got '0.6'"),
+        ({"alpha": float("nan")}, "alpha, the length penalty exponent, must be >= 0, got nan"),
+    ],
+)
+def test_a_bad_decoding_is_refused(fields, message):
+    with pytest.raises(ValueError, match=message):
+        Decoding(**fields)
+
+
+def test_decoding_defaults_are_the_papers():
+    assert asdict(Decoding()) == {"average": 5, "beam_size": 4, "alpha": 0.6}
+
+
+def test_alpha_reaches_beam_search(tokenizer, beam_alphas):
     model, lines = random_model(tokenizer), ["A dog runs.", "A girl."]
-    translate(model, tokenizer, lines, beam_size=2, max_len=4, length_penalty=1.7, batch_size=1)
+    translate(model, tokenizer, lines, Decoding(beam_size=2, alpha=1.7), max_len=4, batch_size=1)
     assert beam_alphas == [1.7, 1.7]  # one call per batch
-    evaluate_split(
-        model, tokenizer, "val", beam_size=2, max_len=4, max_sentences=2, length_penalty=0.0
-    )
+    zero = Decoding(beam_size=2, alpha=0.0)
+    evaluate_split(model, tokenizer, "val", decoding=zero, max_len=4, max_sentences=2)
     assert beam_alphas[2:] == [0.0]
-    translate(model, tokenizer, lines, beam_size=2, max_len=4)
+    translate(model, tokenizer, lines, Decoding(beam_size=2), max_len=4)
     assert beam_alphas[3:] == [0.6]  # the paper's alpha by default
 
 
@@ -191,9 +213,12 @@ def test_evaluate_split_scores_its_translations(tokenizer, monkeypatch):
     pairs = load_multi30k("val", "de", "en")[:5]
     sources, targets = [de for de, _ in pairs], [en for _, en in pairs]
     model = random_model(tokenizer)
-    result = evaluate_split(model, tokenizer, "val", "de", "en", 1, max_sentences=5, max_len=5)
+    greedy = Decoding(beam_size=1)
+    result = evaluate_split(model, tokenizer, "val", "de", "en", greedy, max_sentences=5, max_len=5)
     assert result.references == targets  # the split's English side, in order: not its sources
-    assert result.hypotheses == translate(model, tokenizer, sources, beam_size=1, max_len=5)
+    assert result.hypotheses == translate(
+        model, tokenizer, sources, Decoding(beam_size=1), max_len=5
+    )
     # a translator that writes the first half of each reference: every n-gram matches, and only
     # the brevity penalty lowers the score; scored the other way round, BLEU would differ
     halves = {de: " ".join(en.split()[: len(en.split()) // 2]) for de, en in pairs}

@@ -166,6 +166,8 @@ def test_masks_follow_the_device_and_int32_ids():
         (lambda: causal_mask(0), ValueError, "positive integer size, got 0"),
         (lambda: causal_mask(-3), ValueError, "got -3"),
         (lambda: causal_mask(2.0), ValueError, "got 2.0"),
+        (lambda: causal_mask(True), ValueError, "got True"),
+        (lambda: causal_mask(2, start=False), ValueError, "integer start, got False"),
         (lambda: causal_mask(2, start=-1), ValueError, "non-negative integer start, got -1"),
         (lambda: additive_mask(SRC), TypeError, "boolean mask.*int64"),
         (lambda: additive_mask(causal_mask(2), torch.long), TypeError, "floating dtype"),

@@ -360,6 +360,10 @@ def test_config_errors():
     TransformerConfig(8000, 6000, share_embeddings=False)
     with pytest.raises(ValueError, match="n_layers must be a positive integer, got 0"):
         TransformerConfig(V, V, n_layers=0)
+    with pytest.raises(ValueError, match="max_len must be a positive integer, got True"):
+        TransformerConfig(V, V, max_len=True)  # StackConfig's loop checks the model's sizes too
+    with pytest.raises(ValueError, match="tgt_vocab_size must be a positive integer, got 0"):
+        TransformerConfig(V, 0, share_embeddings=False)
     with pytest.raises(ValueError, match=r"dropout must lie in \[0, 1\), got 1.0"):
         TransformerConfig(V, V, dropout=1.0)
     with pytest.raises(ValueError, match="pad_id=60 is not an id"):
@@ -402,13 +406,15 @@ def test_decode_checks_memory_and_cache():
     src, tgt = batch()
     src = src[:, :8]
     memory = model.encode(src)  # (3, 8, 32)
-    fits = r"\(batch, T\), \(batch, S, d_model=32\) and \(batch, S\)"
+    fits = r"\(batch, S, d_model=32\) and \(batch, S\)"
     with pytest.raises(
         ValueError, match=rf"memory \(3, 8, 16\) and src \(3, 8\) do not fit {fits}"
     ):
         model.decode(tgt, memory[..., :16], src)
     with pytest.raises(ValueError, match=r"memory NoneType and src \(3, 8\) do not fit"):
         model.decode(tgt, None, src)
+    with pytest.raises(ValueError, match="src holds 3 sentences but tgt_in holds 2"):
+        model.decode(tgt[:2], memory, src)  # forward's batch check, shared by decode
     with pytest.raises(ValueError, match=r"source ids must be a 2-D \(batch, seq\) tensor"):
         model.decode(tgt, memory, src[0])
     deeper = Transformer(small_config(max_len=8, n_layers=3))

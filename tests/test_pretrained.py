@@ -51,8 +51,7 @@ def test_explore_computes_the_attention_of_the_shipped_model(shipped):
     same translation; a direction without sentences is refused by name."""
     sentences = ["A dog runs through the snow.", "Ein Mann fährt Fahrrad."]
     shown = explore([shipped], {shipped.direction: sentences}, "live")
-    beam_size, alpha = shipped.decoding["beam_size"], shipped.decoding["alpha"]
-    plain = attention_record(shipped.model, shipped.tokenizer, sentences, beam_size, alpha)
+    plain = attention_record(shipped.model, shipped.tokenizer, sentences, shipped.decoding)
     for live, float32 in zip(shown.directions[shipped.direction], plain, strict=True):
         assert (live["source"], live["output"]) == (float32["source"], float32["output"])
         for kind in ("encoder", "decoder", "cross"):

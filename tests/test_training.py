@@ -420,7 +420,7 @@ def test_the_loop_reads_device_values_only_at_log_points(tmp_path):
     with host_reads() as reads:
         train(cfg)
     per_site = dict(reads)
-    # at steps 20 and 40 the loop reads its window once; evaluation reads its sums once;
+    # at steps 20 and 40 the loop reads its LogSums once; evaluation reads its sums once;
     # building the batches checks the ids once per bucket; nothing else, whatever the step count
     loop = {k: v for k, v in per_site.items() if not k.startswith("check_token_ids")}
     assert loop == {"read: tolist": 2, "evaluate_loss: tolist": 1}, per_site

@@ -10,6 +10,7 @@ __all__ = [
     "add_field_flag",
     "add_max_sentences",
     "add_decoding_arguments",
+    "decoding_of",
     "add_checkpoint_arguments",
 ]
 
@@ -22,6 +23,7 @@ from typing import get_args
 import torch
 
 from .config import bounds_problem, flag_of
+from .evaluation import Decoding
 
 
 def number(kind: type, **bounds) -> Callable:
@@ -107,20 +109,27 @@ def add_max_sentences(p: argparse.ArgumentParser) -> None:
 
 
 def add_decoding_arguments(p: argparse.ArgumentParser, average: int) -> None:
-    """How a run's checkpoints become a model, and how it decodes: --average, --beam, --alpha."""
+    """The fields of a Decoding (chapter 14) as flags: --average, --beam-size, --alpha."""
     p.add_argument(
         "--average",
         type=positive_int,
         default=average,
         help="with a run folder: average its last K step checkpoints (the paper averages 5)",
     )
-    p.add_argument("--beam", type=positive_int, default=4, help="beam size (1: greedy decoding)")
+    p.add_argument(
+        "--beam-size", type=positive_int, default=4, help="beam size (1: greedy decoding)"
+    )
     p.add_argument(
         "--alpha",
         type=non_negative_float,
         default=0.6,
         help="length penalty exponent alpha (chapter 13)",
     )
+
+
+def decoding_of(args: argparse.Namespace) -> Decoding:
+    """The Decoding that --average, --beam-size and --alpha describe."""
+    return Decoding(args.average, args.beam_size, args.alpha)
 
 
 def add_checkpoint_arguments(

@@ -60,7 +60,7 @@ def length_limits(model: Transformer, src: Tensor, max_len: int | None = None) -
     if max_len is None:
         src_len = (src != model.config.pad_id).sum(dim=1)  # (batch,) real source tokens
         return (src_len + EXTRA_LENGTH).clamp(max=cap)
-    if isinstance(max_len, bool) or not isinstance(max_len, int) or not 1 <= max_len <= cap:
+    if type(max_len) is not int or not 1 <= max_len <= cap:
         raise ValueError(
             f"max_len must be an integer from 1 to the model's max_len={cap}, got {max_len!r}; "
             "or pass max_len=None for the source length + 50"
@@ -85,7 +85,7 @@ def _check_inputs(model: Transformer, src: Tensor, bos_id: int, eos_id: int | No
             "truncate the sources (evaluation.translate does it, with a warning)"
         )
     for name, i in (("bos_id", bos_id), ("eos_id", bos_id if eos_id is None else eos_id)):
-        if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < c.tgt_vocab_size:
+        if type(i) is not int or not 0 <= i < c.tgt_vocab_size:
             raise ValueError(f"{name} must be a target id in [0, {c.tgt_vocab_size}), got {i!r}")
         if i == c.pad_id:
             raise ValueError(f"{name}={i} is the pad id; pass the tokenizer's BOS and EOS ids")
@@ -178,19 +178,19 @@ def beam_search(
     max_len: int | None = None,
     bos_id: int = BOS_ID,
     eos_id: int | None = EOS_ID,
-    length_penalty: float = 0.6,
+    alpha: float = 0.6,
     use_cache: bool = True,
 ) -> list[list[int]]:
     """Beam search, batched over sentences and beams: one id list per sentence of src (batch, S).
 
     A candidate among the beam_size best that ends (EOS, or the sentence's length limit) is kept
-    as finished with its score log P / lp (alpha = length_penalty); a sentence is done
+    as finished with its score log P / lp(|Y|), alpha being lp's exponent; a sentence is done
     with beam_size finished hypotheses or at its limit, and returns its best one: no BOS, EOS
     last unless cut at the limit. beam_size=1 is greedy decoding."""
-    if isinstance(beam_size, bool) or not isinstance(beam_size, int) or beam_size < 1:
+    if type(beam_size) is not int or beam_size < 1:
         raise ValueError(f"beam_size must be a positive integer, got {beam_size!r}")
-    if not length_penalty >= 0:
-        raise ValueError(f"length_penalty (alpha) must be >= 0, got {length_penalty}")
+    if not alpha >= 0:
+        raise ValueError(f"alpha, the length penalty exponent, must be >= 0, got {alpha}")
     src = _check_inputs(model, src, bos_id, eos_id)
     limits = length_limits(model, src, max_len)  # (batch,)
     n, k = src.size(0), beam_size
@@ -210,7 +210,7 @@ def beam_search(
             ends = state.ends(token) | at_limit[:, None]  # (sentences, 2k)
             for i, j in (ends[:, :k] & top[:, :k].isfinite()).nonzero().tolist():
                 ids = [*state.prefix[i * k + origin[i, j], 1:].tolist(), int(token[i, j])]
-                finished[alive[i]].append((top[i, j].item() / lp(t, length_penalty), ids))
+                finished[alive[i]].append((top[i, j].item() / lp(t, alpha), ids))
             scores, pick = top.masked_fill(ends, -math.inf).topk(k)  # the k best that go on
             done = torch.tensor([len(finished[b]) >= k for b in alive.tolist()], device=src.device)
             going = ~(done | at_limit)  # (sentences,)

@@ -31,10 +31,12 @@ class StackConfig:
     activation_dropout: float | None = None  # on the feed-forward's hidden layer; None: dropout
     norm_first: bool = False  # True: pre-LN, the LayerNorm at the start of each branch
 
+    positive_ints = ("d_model", "n_heads", "d_ff", "n_layers")  # not a field: what is checked
+
     def __post_init__(self):
-        for name in ("d_model", "n_heads", "d_ff", "n_layers"):
+        for name in self.positive_ints:
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            if type(value) is not int or value < 1:  # an int, not a bool
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
         for name in ("attention_dropout", "activation_dropout"):
             if getattr(self, name) is None:

@@ -6,6 +6,7 @@ __all__ = [
     "average_checkpoints",
     "load_model",
     "tokenizer_of",
+    "Decoding",
     "translate",
     "BleuScores",
     "corpus_bleu",
@@ -17,6 +18,7 @@ __all__ = [
 import pickle
 import warnings
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
@@ -120,19 +122,40 @@ def tokenizer_of(ckpt: dict) -> Tokenizer:
     return multi30k_tokenizer(ckpt["model_config"]["src_vocab_size"], languages)
 
 
+# %% ../../notebooks/14_evaluation.ipynb #23c1fb07
+@dataclass(frozen=True)
+class Decoding:
+    """How a run's checkpoints become translations (paper section 6.1): the mean of its last
+    `average` checkpoints, searched with a beam of `beam_size` (1: greedy) and the length
+    penalty exponent `alpha` (chapter 13)."""
+
+    average: int = 5
+    beam_size: int = 4
+    alpha: float = 0.6
+
+    def __post_init__(self):
+        for name in ("average", "beam_size"):
+            value = getattr(self, name)
+            if type(value) is not int or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if not isinstance(self.alpha, int | float) or not self.alpha >= 0:
+            raise ValueError(
+                f"alpha, the length penalty exponent, must be >= 0, got {self.alpha!r}"
+            )
+
+
 # %% ../../notebooks/14_evaluation.ipynb #6f19ad97
 def translate(
     model: Transformer,
     tokenizer: Tokenizer,
     sentences: Sequence[str],
-    beam_size: int = 4,
+    decoding: Decoding = Decoding(),
     max_len: int | None = None,
-    length_penalty: float = 0.6,
     batch_size: int = 64,
 ) -> list[str]:
-    """Translations of `sentences`, in order, by beam search (greedy for beam_size=1) over
-    batches of similar length. Empty lines give ""; sources longer than the model's max_len are
-    truncated to it, with a warning."""
+    """Translations of `sentences`, in order, by beam search with decoding's beam size and alpha
+    (greedy for a beam of 1) over batches of similar length. Empty lines give ""; sources longer
+    than the model's max_len are truncated to it, with a warning."""
     c = model.config
     if isinstance(sentences, str):
         raise TypeError("translate takes a list of sentences; wrap one sentence in a list")
@@ -159,12 +182,11 @@ def translate(
     for batch in tqdm(batches, unit="batch", **({"disable": True} if len(batches) < 2 else {})):
         rows = [torch.tensor(ids[i][: c.max_len]) for i in batch]
         src = pad_sequence(rows, batch_first=True, padding_value=c.pad_id).to(device)  # (b, S)
-        if beam_size == 1:
-            hyps = greedy_decode(model, src, max_len, tokenizer.bos_id, tokenizer.eos_id).tolist()
+        ends = tokenizer.bos_id, tokenizer.eos_id
+        if decoding.beam_size == 1:
+            hyps = greedy_decode(model, src, max_len, *ends).tolist()
         else:
-            hyps = beam_search(
-                model, src, beam_size, max_len, tokenizer.bos_id, tokenizer.eos_id, length_penalty
-            )
+            hyps = beam_search(model, src, decoding.beam_size, max_len, *ends, decoding.alpha)
         for i, hyp in zip(batch, hyps, strict=True):
             out[i] = tokenizer.decode(hyp)  # PAD and EOS are dropped
     return out
@@ -211,14 +233,14 @@ def evaluate_split(
     split: str = "test_2016_flickr",
     src: str = "en",
     tgt: str = "de",
-    beam_size: int = 4,
+    decoding: Decoding = Decoding(),
     max_sentences: int | None = None,
-    **decoding,
+    **options,
 ) -> SplitResult:
     """Translate a Multi30k split (its first max_sentences pairs, if given) and score it.
 
-    Extra keyword arguments (max_len, length_penalty, batch_size) go to `translate`."""
+    Extra keyword arguments (max_len, batch_size) go to `translate`."""
     pairs = load_multi30k(split, src, tgt)[:max_sentences]
-    hypotheses = translate(model, tokenizer, [s for s, _ in pairs], beam_size, **decoding)
+    hypotheses = translate(model, tokenizer, [s for s, _ in pairs], decoding, **options)
     references = [t for _, t in pairs]
     return SplitResult(corpus_bleu(hypotheses, references), hypotheses, references)

@@ -192,7 +192,7 @@ def explore(
         if t.direction not in sentences:
             raise ValueError(f"no sentences for {t.direction!r}; given: {', '.join(sentences)}")
         model = copy.deepcopy(t.model).double()  # the shipped weights, exactly, in float64
-        beam_size, alpha = t.decoding["beam_size"], t.decoding["alpha"]
-        records = attention_record(model, t.tokenizer, sentences[t.direction], beam_size, alpha)
-        directions[t.direction] = records
+        directions[t.direction] = attention_record(
+            model, t.tokenizer, sentences[t.direction], t.decoding
+        )
     return AttentionExplorer(directions, element_id)

@@ -3,7 +3,7 @@
 # %% auto #0
 __all__ = [
     "STOP_SIGNALS",
-    "Window",
+    "LogSums",
     "log_point",
     "StopSignals",
     "stop_reason",
@@ -34,7 +34,7 @@ from .training import evaluate_loss, train_step
 
 
 # %% ../../notebooks/12_training_loop.ipynb #9194eb25
-class Window:
+class LogSums:
     """What the loop sums between two log points, on the device: the loss, the steps and the
     target tokens, and the first step whose loss was not finite (0: none so far)."""
 
@@ -60,11 +60,11 @@ class Window:
 
 
 # %% ../../notebooks/12_training_loop.ipynb #469e0588
-def log_point(run: Run, window: Window, lr: float, since: float, final: bool) -> dict:
-    """Read the window (summed since time `since`), stop on a non-finite loss, then log, evaluate
+def log_point(run: Run, sums: LogSums, lr: float, since: float, final: bool) -> dict:
+    """Read the sums (added since time `since`), stop on a non-finite loss, then log, evaluate
     and save as they are due; returns the metrics record (empty if only the check was due)."""
-    loss_sum, steps, tokens, first_bad = window.read(run.world_size)
-    seconds = time.perf_counter() - since  # the device has finished the window's steps
+    loss_sum, steps, tokens, first_bad = sums.read(run.world_size)
+    seconds = time.perf_counter() - since  # the device has finished the summed steps
     if first_bad:
         kept = (
             f"the last good checkpoint is {run.latest}"
@@ -80,7 +80,7 @@ def log_point(run: Run, window: Window, lr: float, since: float, final: bool) ->
     if run.step % cfg.log_every == 0 or final:
         record |= {"epoch": run.data.epoch, "loss": round(loss_sum / steps, 6), "lr": lr}
         record |= {"target_tokens": int(tokens), "tokens_per_s": round(tokens / seconds, 1)}
-        window.reset()
+        sums.reset()
     if final and run.stopped_by:
         record["stopped_by"] = run.stopped_by
     if run.rank == 0 and (run.step % cfg.eval_every == 0 or final):
@@ -154,7 +154,7 @@ def run_steps(run: Run, total: float) -> dict:
         unit="step",
         disable=run.rank != 0 or None,
     )
-    window, clock, record = Window(run.device), time.perf_counter(), {}
+    sums, clock, record = LogSums(run.device), time.perf_counter(), {}
     with StopSignals() as signals:
         while run.step < total:
             for batch in run.data:
@@ -162,9 +162,9 @@ def run_steps(run: Run, total: float) -> dict:
                 args = (cfg.label_smoothing, cfg.clip, amp_dtype)
                 if cfg.cuda_graphs:  # this step's graph may reuse the memory of the last one's
                     torch.compiler.cudagraph_mark_step_begin()
-                loss = train_step(run.net, batch, run.optimizer, run.scheduler, *args)
+                loss = train_step(run.wrapped_model, batch, run.optimizer, run.scheduler, *args)
                 run.step += 1
-                window.add(run.step, loss, (batch.tgt_out != PAD_ID).sum())
+                sums.add(run.step, loss, (batch.tgt_out != PAD_ID).sum())
                 # a lone process stops right after the step a signal came in; DDP ranks agree
                 # at the next log point
                 at_log = run.step % cfg.log_every == 0
@@ -174,8 +174,8 @@ def run_steps(run: Run, total: float) -> dict:
                 cadences = (cfg.log_every, cfg.eval_every, cfg.save_every)
                 if run.step == total or any(run.step % n == 0 for n in cadences):
                     paused = time.perf_counter()
-                    new = log_point(run, window, lr, clock, final=run.step == total)
-                    if "loss" in new:  # a new window starts; evaluation and saving never count
+                    new = log_point(run, sums, lr, clock, final=run.step == total)
+                    if "loss" in new:  # new sums start; evaluation and saving never count
                         clock, record = time.perf_counter(), new
                         postfix = dict(
                             loss=f"{new['loss']:.3f}", tok_s=f"{new['tokens_per_s']:.0f}"

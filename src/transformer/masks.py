@@ -36,9 +36,9 @@ def padding_mask(ids: Tensor, pad_id: int) -> Tensor:
 def causal_mask(size: int, device: torch.device | str | None = None, start: int = 0) -> Tensor:
     """c[t, s] = s <= start + t: a (size, start + size) bool lower triangle, the causal mask.
     start > 0 gives the rows of `size` new positions after `start` kept ones (a decoder cache)."""
-    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+    if type(size) is not int or size < 1:  # an int, not a bool
         raise ValueError(f"causal_mask needs a positive integer size, got {size!r}")
-    if isinstance(start, bool) or not isinstance(start, int) or start < 0:
+    if type(start) is not int or start < 0:
         raise ValueError(f"causal_mask needs a non-negative integer start, got {start!r}")
     return torch.ones(size, start + size, dtype=torch.bool, device=device).tril(start)
 

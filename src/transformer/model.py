@@ -4,11 +4,11 @@
 __all__ = [
     "TransformerConfig",
     "check_input_ids",
+    "check_pair",
     "check_memory",
     "check_cache",
-    "xavier_init",
-    "check_pair",
     "check_decode_inputs",
+    "xavier_init",
     "Transformer",
 ]
 
@@ -40,12 +40,10 @@ class TransformerConfig(StackConfig):
     pad_id: int = PAD_ID
     share_embeddings: bool = True
 
+    positive_ints = (*StackConfig.positive_ints, "src_vocab_size", "tgt_vocab_size", "max_len")
+
     def __post_init__(self):
-        super().__post_init__()  # the stack's sizes
-        for name in ("src_vocab_size", "tgt_vocab_size", "max_len"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        super().__post_init__()  # every positive_ints size, the dropouts
         if not 0 <= self.pad_id < min(self.src_vocab_size, self.tgt_vocab_size):
             raise ValueError(f"pad_id={self.pad_id} is not an id of both vocabularies")
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
@@ -76,14 +74,24 @@ def check_input_ids(
         check_token_ids(ids, vocab_size)
 
 
-def check_memory(tgt_in: Tensor, memory: Tensor, src: Tensor, d_model: int) -> None:
-    """A clear error unless memory is (batch, S, d_model) for src (batch, S), tgt_in (batch, T)."""
-    got = tuple(memory.shape) if isinstance(memory, Tensor) else type(memory).__name__
-    if got != (*src.shape, d_model) or tgt_in.size(0) != src.size(0):
+def check_pair(src: Tensor, tgt_in: Tensor) -> None:
+    """A clear error unless src (batch, S) and tgt_in (batch, T) hold as many sentences."""
+    if src.size(0) != tgt_in.size(0):
         raise ValueError(
-            f"tgt_in {tuple(tgt_in.shape)}, memory {got} and src {tuple(src.shape)} do not fit "
-            f"(batch, T), (batch, S, d_model={d_model}) and (batch, S); "
-            "pass the memory encode(src) of the same sentence pairs"
+            f"src holds {src.size(0)} sentences but tgt_in holds {tgt_in.size(0)}; "
+            "pair every target with its source"
+        )
+
+
+def check_memory(tgt_in: Tensor, memory: Tensor, src: Tensor, d_model: int) -> None:
+    """A clear error unless tgt_in (batch, T) pairs with src (batch, S) and memory is
+    (batch, S, d_model)."""
+    check_pair(src, tgt_in)
+    got = tuple(memory.shape) if isinstance(memory, Tensor) else type(memory).__name__
+    if got != (*src.shape, d_model):
+        raise ValueError(
+            f"memory {got} and src {tuple(src.shape)} do not fit (batch, S, d_model={d_model}) "
+            "and (batch, S); pass encode(src) as the memory"
         )
 
 
@@ -102,25 +110,7 @@ def check_cache(cache: DecoderCache, n_layers: int, tgt_in: Tensor) -> None:
         )
 
 
-def xavier_init(*stacks: nn.Module) -> None:
-    """Xavier-uniform on every matrix of the stacks, as nn.Transformer does; vectors keep their
-    layer's init (attention biases 0, FFN biases U(+-1/sqrt(fan_in)), LayerNorm 1 and 0)."""
-    for stack in stacks:
-        for p in stack.parameters():
-            if p.dim() > 1:
-                nn.init.xavier_uniform_(p)
-
-
 # %% ../../notebooks/10_transformer.ipynb #9945482d
-def check_pair(src: Tensor, tgt_in: Tensor) -> None:
-    """A clear error unless src (batch, S) and tgt_in (batch, T) hold as many sentences."""
-    if src.size(0) != tgt_in.size(0):
-        raise ValueError(
-            f"src holds {src.size(0)} sentences but tgt_in holds {tgt_in.size(0)}; "
-            "pair every target with its source"
-        )
-
-
 def check_decode_inputs(
     c: TransformerConfig, tgt_in: Tensor, memory, src: Tensor, cache, values: bool
 ) -> None:
@@ -131,6 +121,15 @@ def check_decode_inputs(
     check_memory(tgt_in, memory, src, c.d_model)
     if cache is not None:
         check_cache(cache, c.n_layers, tgt_in)
+
+
+def xavier_init(*stacks: nn.Module) -> None:
+    """Xavier-uniform on every matrix of the stacks, as nn.Transformer does; vectors keep their
+    layer's init (attention biases 0, FFN biases U(+-1/sqrt(fan_in)), LayerNorm 1 and 0)."""
+    for stack in stacks:
+        for p in stack.parameters():
+            if p.dim() > 1:
+                nn.init.xavier_uniform_(p)
 
 
 # %% ../../notebooks/10_transformer.ipynb #52920b60

@@ -8,7 +8,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from .arguments import add_checkpoint_arguments, subcommand
+from .arguments import add_checkpoint_arguments, decoding_of, subcommand
 from .data import SPLIT_SIZES
 from .devices import resolve_device
 from .evaluation import evaluate_split, load_model, tokenizer_of, translate
@@ -45,7 +45,7 @@ def add_translate_parser(commands: argparse._SubParsersAction) -> None:
 def run_translate(args: argparse.Namespace) -> int:
     model, tokenizer, _, _ = _load(args)
     sentences = args.sentences or sys.stdin.read().splitlines()
-    for line in translate(model, tokenizer, sentences, args.beam, length_penalty=args.alpha):
+    for line in translate(model, tokenizer, sentences, decoding_of(args)):
         print(line)
     return 0
 
@@ -72,13 +72,11 @@ def add_evaluate_parser(commands: argparse._SubParsersAction) -> None:
 
 def run_evaluate(args: argparse.Namespace) -> int:
     model, tokenizer, src, tgt = _load(args)
-    scored = evaluate_split(
-        model, tokenizer, args.split, src, tgt, args.beam, length_penalty=args.alpha
-    )
+    scored = evaluate_split(model, tokenizer, args.split, src, tgt, decoding_of(args))
     out = Path(args.hypotheses or f"{args.split}.{src}-{tgt}.hyp.txt")
     out.write_text("".join(line + "\n" for line in scored.hypotheses))
     b = scored.bleu
-    print(f"{args.split} {src}->{tgt}, {len(scored.hypotheses)} sentences, beam {args.beam}")
+    print(f"{args.split} {src}->{tgt}, {len(scored.hypotheses)} sentences, beam {args.beam_size}")
     print(f"cased, detokenized: {b.cased}\n  signature: {b.cased_signature}")
     print(f"lowercased 13a:     {b.lowercased}\n  signature: {b.lowercased_signature}")
     print(f"translations written to {out}")

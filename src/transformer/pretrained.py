@@ -20,7 +20,7 @@ __all__ = [
 import hashlib
 import json
 import shutil
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from importlib.resources import files
 from pathlib import Path
 
@@ -28,8 +28,8 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import Tensor
 
-from .checkpoints import atomic_write
-from .evaluation import evaluate_split, load_model, tokenizer_of, translate
+from .data import atomic_write
+from .evaluation import Decoding, evaluate_split, load_model, tokenizer_of, translate
 from .model import Transformer, TransformerConfig
 from .scoring import checkpoint_paths
 from .tokenizer import Tokenizer
@@ -91,26 +91,17 @@ class Pretrained:
     direction: str
     model: Transformer
     tokenizer: Tokenizer
-    decoding: dict
+    decoding: Decoding  # its average tells how many checkpoints the shipped weights average
 
     def translate(self, sentences: list[str]) -> list[str]:
         """Beam search with the shipped settings (chapter 14's translate)."""
-        beam_size, alpha = self.decoding["beam_size"], self.decoding["alpha"]
-        return translate(self.model, self.tokenizer, sentences, beam_size, length_penalty=alpha)
+        return translate(self.model, self.tokenizer, sentences, self.decoding)
 
     def check_bleu(self) -> float:
         """Lowercased sacreBLEU on the first CHECK_SENTENCES of val, with the shipped settings."""
         src, tgt = self.direction.split("-")
-        beam_size, alpha = self.decoding["beam_size"], self.decoding["alpha"]
         scored = evaluate_split(
-            self.model,
-            self.tokenizer,
-            "val",
-            src,
-            tgt,
-            beam_size,
-            CHECK_SENTENCES,
-            length_penalty=alpha,
+            self.model, self.tokenizer, "val", src, tgt, self.decoding, CHECK_SENTENCES
         )
         return round(scored.bleu.lowercased.score, 2)
 
@@ -149,26 +140,22 @@ def load_pretrained(
     source = f"{path} (SHA-256 {entry['weights_sha256']})"
     model = model_of(entry["model_config"], unpack_weights(load_file(path)), source)
     tokenizer = Tokenizer(verified(root / entry["tokenizer"], entry["tokenizer_sha256"]))
-    return Pretrained(direction, model.to(device), tokenizer, entry["decoding"])
+    return Pretrained(direction, model.to(device), tokenizer, Decoding(**entry["decoding"]))
 
 
 # %% ../../notebooks/15_gpu_training.ipynb #5baf0906
 def ship(
     run_dir: str | Path,
-    average: int = 5,
-    beam_size: int = 4,
-    alpha: float = 0.6,
+    decoding: Decoding = Decoding(),
     out: str | Path = WEIGHTS,
 ) -> dict:
-    """Store the average of a run's last `average` checkpoints in `out` for the package to
-    ship: DIRECTION.safetensors (pack_weights), the run's SentencePiece model, and the
-    direction's manifest entry: both files' SHA-256, the model config, how to decode, and the
+    """Store the average of a run's last `decoding.average` checkpoints in `out` for the package
+    to ship: DIRECTION.safetensors (pack_weights), the run's SentencePiece model, and the
+    direction's manifest entry: both files' SHA-256, the model config, the decoding, and the
     shipped model's BLEU on the first CHECK_SENTENCES of val (Pretrained.check_bleu)."""
-    paths = checkpoint_paths(run_dir, average)
-    model, ckpt = load_model(paths)
+    model, ckpt = load_model(checkpoint_paths(run_dir, decoding.average))
     direction = f"{ckpt['train_config']['src']}-{ckpt['train_config']['tgt']}"
     config, packed = ckpt["model_config"], pack_weights(model)
-    decoding = {"average": len(paths), "beam_size": beam_size, "alpha": alpha}
     tokenizer, out = tokenizer_of(ckpt), Path(out)
     shipped = Pretrained(
         direction, model_of(config, unpack_weights(packed), run_dir), tokenizer, decoding
@@ -186,7 +173,7 @@ def ship(
         "tokenizer": spm_model.name,
         "tokenizer_sha256": sha256(spm_model),
         "model_config": config,
-        "decoding": decoding,
+        "decoding": asdict(decoding),
         "check": {"split": "val", "sentences": CHECK_SENTENCES, "bleu_lc": shipped.check_bleu()},
         "steps": ckpt["step"],
         "trained_on": ckpt["device"],

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import torch
 
-from .checkpoints import atomic_write
 from .config import train_argv
+from .data import atomic_write
 
 # the keys every results/<run>.json must have; "a.b" names a key inside a key
 REQUIRED_KEYS = (

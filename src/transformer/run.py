@@ -46,7 +46,9 @@ class Run:
     data: Buckets  # training batches: this rank's share
     val_data: Buckets
     model: Transformer
-    net: nn.Module  # what the steps call: the model, wrapped by DDP and compiled as cfg says
+    wrapped_model: (
+        nn.Module
+    )  # what the steps call: the model, wrapped by DDP and compiled as cfg says
     optimizer: torch.optim.Adam
     scheduler: LambdaLR
     step: int = 0
@@ -106,10 +108,11 @@ def load_buckets(
 def wrap(model: Transformer, cfg: TrainConfig, world_size: int) -> nn.Module:
     """What the steps call: the model, in DistributedDataParallel under torchrun, and compiled
     (one graph per batch shape) if cfg says so; both share the model's weights."""
-    net = DistributedDataParallel(model) if world_size > 1 else model
+    wrapped = DistributedDataParallel(model) if world_size > 1 else model
     if cfg.compile:
-        net = torch.compile(net, dynamic=False, mode="reduce-overhead" if cfg.cuda_graphs else None)
-    return net
+        mode = "reduce-overhead" if cfg.cuda_graphs else None
+        wrapped = torch.compile(wrapped, dynamic=False, mode=mode)
+    return wrapped
 
 
 # %% ../../notebooks/12_training_loop.ipynb #047a4b2c
@@ -137,7 +140,7 @@ def start_run(
         data=data,
         val_data=val_data,
         model=model,
-        net=wrap(model, cfg, world_size),
+        wrapped_model=wrap(model, cfg, world_size),
         optimizer=optimizer,
         scheduler=scheduler,
         started=time.perf_counter() if started is None else started,

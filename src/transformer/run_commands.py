@@ -91,9 +91,7 @@ def run_record(args: argparse.Namespace) -> int:
     result = record_run(
         args.run_dir,
         ["python -m transformer", *args.argv],
-        args.average,
-        args.beam,
-        args.alpha,
+        arguments.decoding_of(args),
         args.samples,
         resolve_device(args.device),
         getattr(args, "max_sentences", None),
@@ -126,7 +124,7 @@ def add_ship_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def run_ship(args: argparse.Namespace) -> int:
-    entry = ship(args.run_dir, args.average, args.beam, args.alpha, args.out)
+    entry = ship(args.run_dir, arguments.decoding_of(args), args.out)
     size = (Path(args.out) / entry["weights"]).stat().st_size
     print(f"{entry['weights']}: {size / 1e6:.1f} MB, SHA-256 {entry['weights_sha256']}")
     return 0

@@ -15,6 +15,7 @@ __all__ = [
 import json
 import statistics
 from collections.abc import Sequence
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -23,7 +24,7 @@ from .attention_maps import attention_maps
 from .checkpoints import step_checkpoints
 from .data import load_multi30k
 from .decoding import beam_search
-from .evaluation import evaluate_split, load_model, tokenizer_of
+from .evaluation import Decoding, evaluate_split, load_model, tokenizer_of
 from .results import provenance, train_command
 from .tokenizer import Tokenizer
 
@@ -72,17 +73,13 @@ def score_splits(
     tokenizer,
     src: str,
     tgt: str,
-    beam_size: int,
-    length_penalty: float,
-    max_sentences,
+    decoding: Decoding,
+    max_sentences: int | None,
     splits: Sequence[str] = ("val", "test_2016_flickr"),
 ) -> dict:
     """Each split's SplitResult, by name: translated and scored by chapter 14's evaluate_split."""
-    decoding = dict(length_penalty=length_penalty)
     return {
-        split: evaluate_split(
-            model, tokenizer, split, src, tgt, beam_size, max_sentences, **decoding
-        )
+        split: evaluate_split(model, tokenizer, split, src, tgt, decoding, max_sentences)
         for split in splits
     }
 
@@ -106,7 +103,7 @@ ATTENTION_SENTENCES = (8, 444, 65, 0, 1, 2, 3, 4, 5, 6, 7, 9)
 
 
 def attention_record(
-    model, tokenizer: Tokenizer, sources: Sequence[str], beam_size: int, length_penalty: float
+    model, tokenizer: Tokenizer, sources: Sequence[str], decoding: Decoding
 ) -> list[dict]:
     """For each source sentence: its pieces, the pieces of the model's beam-search translation,
     and every layer's and head's attention on them (chapter 14's attention_maps), to 3 decimals."""
@@ -115,7 +112,7 @@ def attention_record(
     for sentence in sources:
         src_ids = tokenizer.encode(sentence)
         src = torch.tensor([src_ids], device=device)  # (1, S)
-        out_ids = beam_search(model, src, beam_size, length_penalty=length_penalty)[0]
+        out_ids = beam_search(model, src, decoding.beam_size, alpha=decoding.alpha)[0]
         maps = attention_maps(model, src_ids, out_ids)  # kind -> (n_layers, n_heads, Tq, Tk)
         kept.append(
             {
@@ -131,20 +128,17 @@ def attention_record(
 def record_run(
     run_dir: str | Path,
     command: Sequence[str],
-    average: int = 5,
-    beam_size: int = 4,
-    length_penalty: float = 0.6,
+    decoding: Decoding = Decoding(),
     n_samples: int = 10,
     device: str | torch.device = "cpu",
     max_sentences: int | None = None,
 ) -> dict:
     """Score a finished run (train -> average the last checkpoints -> beam search -> sacreBLEU on
     val and test_2016_flickr) and gather the record that write_result stores."""
-    paths = checkpoint_paths(run_dir, average)
-    model, ckpt = load_model(paths, device)
+    model, ckpt = load_model(checkpoint_paths(run_dir, decoding.average), device)
     train_cfg, tokenizer = ckpt["train_config"], tokenizer_of(ckpt)
     src, tgt = train_cfg["src"], train_cfg["tgt"]
-    scored = score_splits(model, tokenizer, src, tgt, beam_size, length_penalty, max_sentences)
+    scored = score_splits(model, tokenizer, src, tgt, decoding, max_sentences)
     test = scored["test_2016_flickr"]
     pairs = load_multi30k("test_2016_flickr", src, tgt)
     shown = min(n_samples, len(test.hypotheses))
@@ -162,9 +156,7 @@ def record_run(
             "train": train_cfg,
             "model": ckpt["model_config"],
             "decoding": {
-                "average": len(paths),
-                "beam_size": beam_size,
-                "alpha": length_penalty,
+                **asdict(decoding),
                 "max_sentences": max_sentences,  # None: every sentence; else a smoke run
             },
         },
@@ -175,5 +167,5 @@ def record_run(
         "bleu": {split: bleu_entry(result) for split, result in scored.items()},
         "curves": curves,
         "samples": samples,
-        "attention": attention_record(model, tokenizer, looked_at, beam_size, length_penalty),
+        "attention": attention_record(model, tokenizer, looked_at, decoding),
     }

@@ -2,7 +2,6 @@
 
 # %% auto #0
 __all__ = [
-    "DECODING",
     "GRID_KEYS",
     "read_grid",
     "read_trials",
@@ -27,20 +26,20 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from .checkpoints import atomic_write
 from .config import TrainConfig, train_argv
+from .data import atomic_write
 from .devices import describe_device
-from .evaluation import load_model, tokenizer_of
+from .evaluation import Decoding, load_model, tokenizer_of
 from .results import provenance
 from .scoring import bleu_entry, checkpoint_paths, score_splits
 
-DECODING = {"average": 5, "beam": 4, "alpha": 0.6}  # record's defaults: the paper's decoding
 GRID_KEYS = {"base", "trials", "decoding"}  # "trials" is required
 
 
-def read_grid(path: str | Path, runs: str | Path) -> tuple[dict, dict, list[dict]]:
-    """(TrainConfig per trial, each trial's changes, the decodings) of a grid file, all
-    checked before anything runs. Trial NAME trains into `runs`/NAME."""
+def read_grid(path: str | Path, runs: str | Path) -> tuple[dict, dict, list[Decoding]]:
+    """(TrainConfig per trial, each trial's changes, the Decodings) of a grid file, all
+    checked before anything runs. Trial NAME trains into `runs`/NAME; a decoding's missing
+    fields take Decoding's defaults, the paper's."""
     grid = json.loads(Path(path).read_text())
     if not isinstance(grid, dict) or not {"trials"} <= set(grid) <= GRID_KEYS:
         raise ValueError(f"{path}: a grid is an object with trials, and maybe base and decoding")
@@ -51,10 +50,12 @@ def read_grid(path: str | Path, runs: str | Path) -> tuple[dict, dict, list[dict
             configs[name] = TrainConfig(**fields)
         except (TypeError, ValueError) as err:  # an unknown field, or a bad value
             raise ValueError(f"{path}: trial {name!r}: {err}") from None
-    decodings = [DECODING | d for d in grid.get("decoding", [{}])]
-    for d in decodings:
-        if set(d) != set(DECODING) or min(d["average"], d["beam"]) < 1 or d["alpha"] < 0:
-            raise ValueError(f"{path}: a decoding has average >= 1, beam >= 1, alpha >= 0: {d}")
+    decodings = []
+    for d in grid.get("decoding", [{}]):
+        try:
+            decodings.append(Decoding(**d))
+        except (TypeError, ValueError) as err:  # an unknown field, or a bad value
+            raise ValueError(f"{path}: decoding {d}: {err}") from None
     return configs, grid["trials"], decodings
 
 
@@ -71,13 +72,12 @@ def add_trials(path: str | Path, records: list[dict]) -> None:
 
 
 # %% ../../notebooks/15_gpu_training.ipynb #54273bca
-def score_trial(cfg: TrainConfig, decoding: dict, device, max_sentences: int | None) -> dict:
+def score_trial(cfg: TrainConfig, decoding: Decoding, device, max_sentences: int | None) -> dict:
     """Val BLEU of a finished trial under one decoding setting, with what its checkpoint says."""
-    model, ckpt = load_model(checkpoint_paths(cfg.out, decoding["average"]), device)
+    model, ckpt = load_model(checkpoint_paths(cfg.out, decoding.average), device)
     started, tokenizer = time.perf_counter(), tokenizer_of(ckpt)
-    beam, alpha = decoding["beam"], decoding["alpha"]
     (val,) = score_splits(
-        model, tokenizer, cfg.src, cfg.tgt, beam, alpha, max_sentences, splits=("val",)
+        model, tokenizer, cfg.src, cfg.tgt, decoding, max_sentences, splits=("val",)
     ).values()
     return {
         "val": bleu_entry(val),
@@ -93,7 +93,7 @@ def score_trial(cfg: TrainConfig, decoding: dict, device, max_sentences: int | N
 def run_trial(
     name: str,
     cfg: TrainConfig,
-    decodings: list[dict],
+    decodings: list[Decoding],
     device: torch.device,
     max_sentences: int | None,
 ) -> list[dict]:
@@ -117,12 +117,11 @@ def run_trial(
         return [base | {"failed": done.stderr[-2000:]}]
     records = []
     for decoding in decodings:
+        kept = base | {"decoding": asdict(decoding)}
         try:
-            records.append(
-                base | {"decoding": decoding} | score_trial(cfg, decoding, device, max_sentences)
-            )
+            records.append(kept | score_trial(cfg, decoding, device, max_sentences))
         except ValueError as err:  # e.g. fewer checkpoints than to average
-            records.append(base | {"decoding": decoding, "failed": str(err)})
+            records.append(kept | {"failed": str(err)})
     return records
 
 
