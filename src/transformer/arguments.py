@@ -4,7 +4,7 @@
 __all__ = [
     "positive_int",
     "non_negative_float",
-    "number",
+    "bounded_number",
     "device_name",
     "subcommand",
     "add_field_flag",
@@ -26,7 +26,7 @@ from .config import bounds_problem, flag_of
 from .evaluation import Decoding
 
 
-def number(kind: type, **bounds) -> Callable:
+def bounded_number(kind: type, **bounds) -> Callable:
     """An argparse type: a `kind` number within `bounds` (those of training.knob)."""
 
     def parse(text: str):
@@ -43,8 +43,8 @@ def number(kind: type, **bounds) -> Callable:
     return parse
 
 
-positive_int = number(int, low=1)
-non_negative_float = number(float, low=0)
+positive_int = bounded_number(int, low=1)
+non_negative_float = bounded_number(float, low=0)
 
 
 def device_name(text: str) -> str:
@@ -90,7 +90,7 @@ def add_field_flag(group: argparse._ArgumentGroup, f: Field) -> None:
     elif kind is str:
         parse = str
     else:
-        parse = number(kind, **meta["bounds"])
+        parse = bounded_number(kind, **meta["bounds"])
     default = argparse.SUPPRESS if f.default is None else f.default  # None: TrainConfig's
     group.add_argument(
         flag, type=parse, choices=meta["bounds"]["choices"], default=default, **options

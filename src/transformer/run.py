@@ -46,9 +46,7 @@ class Run:
     data: Buckets  # training batches: this rank's share
     val_data: Buckets
     model: Transformer
-    wrapped_model: (
-        nn.Module
-    )  # what the steps call: the model, wrapped by DDP and compiled as cfg says
+    wrapped_model: nn.Module  # what the steps call: the model in DDP, compiled, as cfg says
     optimizer: torch.optim.Adam
     scheduler: LambdaLR
     step: int = 0
