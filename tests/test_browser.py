@@ -17,7 +17,7 @@ How it works
   error) and no raw `$$` is left in the text; every <img> loaded (naturalWidth > 0); no request
   left the machine; no JavaScript error (console errors and uncaught exceptions); no tool
   marker (`#| export`, `# NBVAL_...`) shows on the page; no display math or code output is
-  wider than its box without a scrollbar, and no printed output needs a sideways scroll at
+  wider than its box without a scrollbar, and no printed output or shown code needs a sideways scroll at
   1280 px; the page is at most MAX_PAGE_HEIGHT (25,000 px) tall.
 - The search page, `search.html?q=attention`, must list at least one hit, each linking to a
   built page.
@@ -138,6 +138,11 @@ PAGE_STATE = """() => {
     wide: Array.from(document.querySelectorAll("div.cell_output pre, div.output pre"))
       .filter((el) => el.scrollWidth > el.clientWidth + 1)
       .map((el) => el.textContent.trim().replace(/\\s+/g, " ").slice(0, 70)),
+    // shown code (cells, literal includes) that needs a sideways scroll at 1280 px; folded code
+    // has no box until unfolded, and notebooks/ruff.toml keeps its lines to 88 columns too
+    scrolling: Array.from(document.querySelectorAll("div.highlight pre"))
+      .filter((el) => el.clientWidth > 0 && el.scrollWidth > el.clientWidth + 1)
+      .map((el) => el.textContent.trim().split("\\n")[0].slice(0, 70)),
     remoteHints: Array.from(document.querySelectorAll("link[href]"))
       .filter((l) => /preconnect|dns-prefetch|prefetch|prerender/.test(l.rel))
       .map((l) => l.href).filter((href) => !/^(file|data|about):/.test(href)),
@@ -194,6 +199,8 @@ def test_page_renders_offline(browser, book_html, page):
         problems.append(f"math or output cut off at the right (no scrollbar): {clipped[:5]}")
     if state["wide"]:
         problems.append(f"outputs wider than the text column at 1280 px: {state['wide'][:5]}")
+    if state["scrolling"]:
+        problems.append(f"code that scrolls sideways at 1280 px: {state['scrolling'][:5]}")
     if state["height"] > MAX_PAGE_HEIGHT:
         problems.append(f"{state['height']:,} px tall at 1280 px: split or fold the chapter")
     if markers := re.findall(r"#\| \w+|# NBVAL_\w+", text):

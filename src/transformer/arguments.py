@@ -48,7 +48,8 @@ non_negative_float = bounded_number(float, low=0)
 
 
 def device_name(text: str) -> str:
-    """An argparse type: "auto" or a name torch.device accepts (cpu, cuda, cuda:1, mps, ...)."""
+    """An argparse type: "auto" or a name torch.device accepts (cpu, cuda, cuda:1, mps,
+    ...)."""
     if text != "auto":
         try:
             torch.device(text)
@@ -58,7 +59,11 @@ def device_name(text: str) -> str:
 
 
 def subcommand(
-    commands: argparse._SubParsersAction, name: str, run: Callable, help: str, description: str
+    commands: argparse._SubParsersAction,
+    name: str,
+    run: Callable,
+    help: str,
+    description: str,
 ) -> argparse.ArgumentParser:
     """A subcommand's parser that shows defaults in its help and calls `run(args)`."""
     p = commands.add_parser(
@@ -73,9 +78,10 @@ def subcommand(
 
 # %% ../../notebooks/15_gpu_training.ipynb #c77d199f
 def add_field_flag(group: argparse._ArgumentGroup, f: Field) -> None:
-    """The flag of one TrainConfig field (--token-budget for token_budget) with the field's help
-    text, its bounds as the argument's type and its choices. A bool field is a switch, with
-    --no-NAME for one that is on by default; a default of None is left to TrainConfig."""
+    """The flag of one TrainConfig field (--token-budget for token_budget) with the
+    field's help text, its bounds as the argument's type and its choices. A bool field
+    is a switch, with --no-NAME for one that is on by default; a default of None is left
+    to TrainConfig."""
     meta, flag = f.metadata, flag_of(f)
     options = dict(dest=f.name, help=meta["help"])
     if isinstance(f.default, bool):
@@ -99,7 +105,8 @@ def add_field_flag(group: argparse._ArgumentGroup, f: Field) -> None:
 
 # %% ../../notebooks/15_gpu_training.ipynb #9b02cf8a
 def add_max_sentences(p: argparse.ArgumentParser) -> None:
-    """--max-sentences, for record and search: a smoke run's limit, kept in what they write."""
+    """--max-sentences, for record and search: a smoke run's limit, kept in what they
+    write."""
     p.add_argument(
         "--max-sentences",
         type=positive_int,
@@ -117,7 +124,10 @@ def add_decoding_arguments(p: argparse.ArgumentParser, average: int) -> None:
         help="with a run folder: average its last K step checkpoints (the paper averages 5)",
     )
     p.add_argument(
-        "--beam-size", type=positive_int, default=4, help="beam size (1: greedy decoding)"
+        "--beam-size",
+        type=positive_int,
+        default=4,
+        help="beam size (1: greedy decoding)",
     )
     p.add_argument(
         "--alpha",
@@ -135,16 +145,21 @@ def decoding_of(args: argparse.Namespace) -> Decoding:
 def add_checkpoint_arguments(
     p: argparse.ArgumentParser, average: int, checkpoint: bool = True
 ) -> None:
-    """The flags that choose a model and how it decodes, shared by translate/evaluate/record."""
+    """The flags that choose a model and how it decodes, shared by
+    translate/evaluate/record."""
     if checkpoint:  # record takes a run folder as its positional argument instead
         which = p.add_mutually_exclusive_group(required=True)
         which.add_argument(
             "--checkpoint", help="a checkpoint file, or a run folder that train wrote"
         )
         which.add_argument(
-            "--model", help="a translator shipped with the package: en-de or de-en (see ship)"
+            "--model",
+            help="a translator shipped with the package: en-de or de-en (see ship)",
         )
     add_decoding_arguments(p, average)
     p.add_argument(
-        "--device", type=device_name, default="auto", help="auto (CUDA if available), cpu, ..."
+        "--device",
+        type=device_name,
+        default="auto",
+        help="auto (CUDA if available), cpu, ...",
     )

@@ -12,7 +12,8 @@ from torch import Tensor
 
 
 def check_mask(mask: Tensor, scores_shape: tuple[int, ...]) -> None:
-    """Raise a clear error unless `mask` is boolean and broadcasts to the (..., T, S) scores."""
+    """Raise a clear error unless `mask` is boolean and broadcasts to the (..., T, S)
+    scores."""
     if mask.dtype != torch.bool:
         raise TypeError(f"mask has dtype {mask.dtype}; use a boolean mask, True = may attend")
     try:
@@ -57,13 +58,13 @@ def check_attention_inputs(q: Tensor, k: Tensor, v: Tensor, dropout_p: float) ->
 def scaled_dot_product_attention(
     q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, dropout_p: float = 0.0
 ) -> tuple[Tensor, Tensor]:
-    """softmax(q k^T / sqrt(d_k)) v (scaled dot-product attention); returns (output, weights).
+    """softmax(q k^T / sqrt(d_k)) v (scaled dot-product attention); returns (output,
+    weights).
 
-    q (..., T, d_k), k (..., S, d_k), v (..., S, d_v); leading dims broadcast. mask: boolean,
-    broadcastable to (..., T, S), True = may attend. A query row with no key allowed gets
-    zero weights and a zero output. dropout_p drops weights; the returned weights are the ones
-    applied to v.
-    """
+    q (..., T, d_k), k (..., S, d_k), v (..., S, d_v); leading dims broadcast. mask:
+    boolean, broadcastable to (..., T, S), True = may attend. A query row with no key
+    allowed gets zero weights and a zero output. dropout_p drops weights; the returned
+    weights are the ones applied to v."""
     check_attention_inputs(q, k, v, dropout_p)
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (..., T, S)
     if mask is not None:

@@ -17,10 +17,12 @@ from .tokenizer import BOS_ID
 
 
 @contextmanager
-def attention_weights(modules: Sequence[MultiHeadAttention]) -> Iterator[list[list[Tensor]]]:
-    """Inside the block, record the attention weights (batch, n_heads, T, S) of every call of
-    each module: maps[i] lists module i's, call by call. Hooks request need_weights=True and
-    return the module's output alone, so callers see no change."""
+def attention_weights(
+    modules: Sequence[MultiHeadAttention],
+) -> Iterator[list[list[Tensor]]]:
+    """Inside the block, record the attention weights (batch, n_heads, T, S) of every
+    call of each module: maps[i] lists module i's, call by call. Hooks request
+    need_weights=True and return the module's output alone, so callers see no change."""
     maps: list[list[Tensor]] = [[] for _ in modules]
     handles = []
     for module, calls in zip(modules, maps, strict=True):
@@ -44,10 +46,10 @@ def attention_weights(modules: Sequence[MultiHeadAttention]) -> Iterator[list[li
 def attention_maps(
     model: Transformer, src_ids: Sequence[int], out_ids: Sequence[int]
 ) -> dict[str, Tensor]:
-    """Every layer's and head's attention while the decoder predicts out_ids (teacher-forced,
-    from BOS), with S = len(src_ids) and T = len(out_ids):
-    "encoder" (n_layers, n_heads, S, S), "decoder" (n_layers, n_heads, T, T) and
-    "cross" (n_layers, n_heads, T, S), rows the queries and columns the keys."""
+    """Every layer's and head's attention while the decoder predicts out_ids
+    (teacher-forced, from BOS), with S = len(src_ids) and T = len(out_ids): "encoder"
+    (n_layers, n_heads, S, S), "decoder" (n_layers, n_heads, T, T) and "cross"
+    (n_layers, n_heads, T, S), rows the queries and columns the keys."""
     src = torch.tensor([list(src_ids)])  # (1, S)
     tgt_in = torch.tensor([[BOS_ID, *out_ids[:-1]]])  # (1, T): the inputs that predict out_ids
     modules = {

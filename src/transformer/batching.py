@@ -34,12 +34,14 @@ Pair = tuple[list[int], list[int]]  # (source ids, target ids), without BOS or E
 def shift_right(
     tgt: Sequence[int], bos_id: int = BOS_ID, eos_id: int = EOS_ID
 ) -> tuple[list[int], list[int]]:
-    """Teacher forcing's right shift: the decoder reads [BOS] + tgt and predicts tgt + [EOS]."""
+    """Teacher forcing's right shift: the decoder reads [BOS] + tgt and predicts tgt +
+    [EOS]."""
     return [bos_id, *tgt], [*tgt, eos_id]
 
 
 def example_length(pair: Pair) -> int:
-    """Positions a pair fills in a batch: the longer of the source and the shifted target."""
+    """Positions a pair fills in a batch: the longer of the source and the shifted
+    target."""
     src, tgt = pair
     return max(len(src), len(tgt) + 1)
 
@@ -50,8 +52,9 @@ def tokenize_pairs(
 ) -> list[Pair]:
     """Encode (source, target) sentence pairs for training.
 
-    A pair is dropped, with one warning that counts the drops, when either side is empty or
-    whitespace-only, or when it needs more than `max_len` positions (see `example_length`)."""
+    A pair is dropped, with one warning that counts the drops, when either side is empty
+    or whitespace-only, or when it needs more than `max_len` positions (see
+    `example_length`)."""
     if max_len < 2:
         raise ValueError(f"max_len must be at least 2 (one token plus EOS), got {max_len}")
     src_ids = tokenizer.encode([s for s, _ in pairs])
@@ -82,8 +85,8 @@ def load_pairs(
     max_len: int = 256,
     tokenizer: Tokenizer | None = None,
 ) -> list[Pair]:
-    """Tokenized Multi30k pairs of one split, by default with chapter 1's vocabulary shared by
-    the two languages."""
+    """Tokenized Multi30k pairs of one split, by default with chapter 1's vocabulary
+    shared by the two languages."""
     tokenizer = tokenizer or multi30k_tokenizer(langs=(src_lang, tgt_lang))
     return tokenize_pairs(load_multi30k(split, src_lang, tgt_lang), tokenizer, max_len)
 
@@ -101,7 +104,10 @@ class Batch(NamedTuple):
 
 
 def collate(
-    pairs: Sequence[Pair], pad_id: int = PAD_ID, bos_id: int = BOS_ID, eos_id: int = EOS_ID
+    pairs: Sequence[Pair],
+    pad_id: int = PAD_ID,
+    bos_id: int = BOS_ID,
+    eos_id: int = EOS_ID,
 ) -> Batch:
     """Right-shift every target (see `shift_right`) and pad the pairs into a `Batch`."""
     if not pairs:
@@ -113,15 +119,18 @@ def collate(
 
     shifted = [shift_right(tgt, bos_id, eos_id) for _, tgt in pairs]
     return Batch(
-        pad([s for s, _ in pairs]), pad([i for i, _ in shifted]), pad([o for _, o in shifted])
+        pad([s for s, _ in pairs]),
+        pad([i for i, _ in shifted]),
+        pad([o for _, o in shifted]),
     )
 
 
 # %% ../../notebooks/11_training.ipynb #856e91c6
 class EpochCursor:
     """Serves a source's batches epoch after epoch. Every epoch's order is a function of
-    (seed, epoch), so (epoch, position) is the whole state. Subclasses define plan(epoch), this
-    rank's batches of an epoch, and may turn each planned item into a batch with serve(item)."""
+    (seed, epoch), so (epoch, position) is the whole state. Subclasses define
+    plan(epoch), this rank's batches of an epoch, and may turn each planned item into a
+    batch with serve(item)."""
 
     epoch: int = 0
     position: int = 0  # batches of the current epoch already served
@@ -133,7 +142,8 @@ class EpochCursor:
         return item
 
     def __iter__(self) -> Iterator:
-        """The rest of the current epoch, from `position`; the next epoch starts afterwards."""
+        """The rest of the current epoch, from `position`; the next epoch starts
+        afterwards."""
         plan = self.plan(self.epoch)
         while self.position < len(plan):
             self.position += 1
@@ -149,8 +159,8 @@ class EpochCursor:
 
 # %% ../../notebooks/11_training.ipynb #f254f592
 def cut_by_budget(indices: list[int], lengths: Sequence[int], token_budget: int) -> list[list[int]]:
-    """Cut `indices` into consecutive batches, each within the budget once padded: a batch's
-    size times its longest example is at most `token_budget`."""
+    """Cut `indices` into consecutive batches, each within the budget once padded: a
+    batch's size times its longest example is at most `token_budget`."""
     batches, current, longest = [], [], 0
     for i in indices:
         if current and max(longest, lengths[i]) * (len(current) + 1) > token_budget:
@@ -174,12 +184,14 @@ def share_evenly(batches: list[list[int]], world_size: int) -> list[list[int]]:
 
 # %% ../../notebooks/11_training.ipynb #bb7c062c
 class TokenBatchSampler(EpochCursor):
-    """Batches of example indices, grouped by length, each within `token_budget` padded positions.
+    """Batches of example indices, grouped by length, each within `token_budget` padded
+    positions.
 
-    One epoch: shuffle the examples with a generator seeded by (seed, epoch); sort each pool of
-    `pool_size` consecutive examples by length; cut the pool into batches within the budget;
-    shuffle the batches; deal them round-robin to the `world_size` ranks, each getting as many.
-    `pool_size=1` gives random batching; `shuffle=False` sorts the whole set once (evaluation)."""
+    One epoch: shuffle the examples with a generator seeded by (seed, epoch); sort each
+    pool of `pool_size` consecutive examples by length; cut the pool into batches within
+    the budget; shuffle the batches; deal them round-robin to the `world_size` ranks,
+    each getting as many. `pool_size=1` gives random batching; `shuffle=False` sorts the
+    whole set once (evaluation)."""
 
     def __init__(
         self,

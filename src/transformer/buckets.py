@@ -22,7 +22,8 @@ def bucket_length(length: int, multiple: int = 8) -> int:
 
 
 def padded_lengths(pairs: Sequence[Pair], token_budget: int, multiple: int) -> list[int]:
-    """Each pair's padded length L; a clear error if a pair alone does not fit the budget."""
+    """Each pair's padded length L; a clear error if a pair alone does not fit the
+    budget."""
     if not pairs:
         raise ValueError("Buckets needs at least one pair")
     lengths = [bucket_length(example_length(p), multiple) for p in pairs]
@@ -35,10 +36,15 @@ def padded_lengths(pairs: Sequence[Pair], token_budget: int, multiple: int) -> l
 
 
 def fill_buckets(
-    pairs: Sequence[Pair], lengths: list[int], vocab_size: int, device: torch.device, pad_id: int
+    pairs: Sequence[Pair],
+    lengths: list[int],
+    vocab_size: int,
+    device: torch.device,
+    pad_id: int,
 ) -> dict[int, Batch]:
-    """The pairs of each padded length L, as one Batch of (n_L + 1, L) tensors on `device`
-    whose last row is all padding. Every id is checked against `vocab_size` here, once."""
+    """The pairs of each padded length L, as one Batch of (n_L + 1, L) tensors on
+    `device` whose last row is all padding. Every id is checked against `vocab_size`
+    here, once."""
     buckets = {}
     for length in sorted(set(lengths)):
         batch = collate([p for p, n in zip(pairs, lengths, strict=True) if n == length])
@@ -54,9 +60,14 @@ def fill_buckets(
 
 # %% ../../notebooks/12_training_loop.ipynb #fc16da76
 def epoch_plan(
-    sizes: dict[int, int], rows: Callable[[int], int], seed: int, epoch: int, shuffle: bool = True
+    sizes: dict[int, int],
+    rows: Callable[[int], int],
+    seed: int,
+    epoch: int,
+    shuffle: bool = True,
 ) -> list[tuple[int, Tensor]]:
-    """Every batch of `epoch`: (L, row indices in bucket L), for buckets of sizes[L] pairs."""
+    """Every batch of `epoch`: (L, row indices in bucket L), for buckets of sizes[L]
+    pairs."""
     generator = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
     batches = []
     for length, n in sizes.items():
@@ -71,8 +82,9 @@ def epoch_plan(
 def deal(
     batches: list[tuple[int, Tensor]], rank: int, world_size: int, device: torch.device
 ) -> list[tuple[int, Tensor]]:
-    """Rank `rank`'s share of an epoch's batches, dealt in turn; the last few batches that
-    `world_size` ranks cannot share evenly sit the epoch out. The row indices go to `device`."""
+    """Rank `rank`'s share of an epoch's batches, dealt in turn; the last few batches
+    that `world_size` ranks cannot share evenly sit the epoch out. The row indices go to
+    `device`."""
     mine = batches[: len(batches) - len(batches) % world_size][rank::world_size]
     # one copy to the device per epoch; each batch's indices are a view of it
     flat = torch.cat([idx for _, idx in mine]).to(device, non_blocking=True)
@@ -82,13 +94,15 @@ def deal(
 
 # %% ../../notebooks/12_training_loop.ipynb #a1d759b7
 class Buckets(EpochCursor):
-    """A tokenized corpus kept on `device`, padded to a few lengths and served in batches of a
-    fixed shape per length: rows(L) = token_budget // L pairs of padded length L.
+    """A tokenized corpus kept on `device`, padded to a few lengths and served in
+    batches of a fixed shape per length: rows(L) = token_budget // L pairs of padded
+    length L.
 
-    A pair is padded, source and shifted target alike, to L = its example_length rounded up to a
-    multiple of `multiple`; the pairs of one L form a bucket, held as one padded Batch on the
-    device plus one all-padding row (fill_buckets). A batch takes rows(L) pairs of a bucket, in
-    the order of epoch_plan, dealt to the ranks. Ids are checked against `vocab_size` once, here."""
+    A pair is padded, source and shifted target alike, to L = its example_length rounded
+    up to a multiple of `multiple`; the pairs of one L form a bucket, held as one padded
+    Batch on the device plus one all-padding row (fill_buckets). A batch takes rows(L)
+    pairs of a bucket, in the order of epoch_plan, dealt to the ranks. Ids are checked
+    against `vocab_size` once, here."""
 
     def __init__(
         self,
@@ -120,11 +134,13 @@ class Buckets(EpochCursor):
 
     @property
     def shapes(self) -> list[tuple[int, int]]:
-        """The (rows, L) shape of every batch, one per bucket: what torch.compile specializes on."""
+        """The (rows, L) shape of every batch, one per bucket: what torch.compile
+        specializes on."""
         return [(self.rows(length), length) for length in self.buckets]
 
     def plan(self, epoch: int) -> list[tuple[int, Tensor]]:
-        """This rank's batches of `epoch`, in order: (L, indices of the rows in bucket L)."""
+        """This rank's batches of `epoch`, in order: (L, indices of the rows in bucket
+        L)."""
         batches = epoch_plan(self.sizes, self.rows, self.seed, epoch, self.shuffle)
         return deal(batches, self.rank, self.world_size, self.device)
 
@@ -138,5 +154,6 @@ class Buckets(EpochCursor):
         return Batch(*(t[indices] for t in self.buckets[length]))
 
     def epoch_batches(self, epoch: int) -> Iterator[Batch]:
-        """Every batch of `epoch` on this rank, without touching the state (for evaluation)."""
+        """Every batch of `epoch` on this rank, without touching the state (for
+        evaluation)."""
         return map(self.serve, self.plan(epoch))

@@ -38,7 +38,8 @@ def load_checkpoint(path: str | Path) -> dict:
 
 
 def check_config(saved: dict, current: dict, what: str = "model") -> None:
-    """Raise ValueError naming every field where a checkpoint's config differs from ours."""
+    """Raise ValueError naming every field where a checkpoint's config differs from
+    ours."""
     diff = [
         f"{k}: checkpoint {saved.get(k)!r}, now {current.get(k)!r}"
         for k in sorted(saved.keys() | current.keys())
@@ -58,7 +59,8 @@ def step_checkpoints(out: str | Path) -> list[Path]:
 
 
 def save_step(out: str | Path, step: int, state: dict, keep: int) -> Path:
-    """Write step_N.pt, point latest.pt at it (hard link, else copy), keep the newest `keep`."""
+    """Write step_N.pt, point latest.pt at it (hard link, else copy), keep the newest
+    `keep`."""
     path = Path(out) / "checkpoints" / f"step_{step:07d}.pt"
     save_checkpoint(state, path)
 
@@ -75,9 +77,9 @@ def save_step(out: str | Path, step: int, state: dict, keep: int) -> Path:
 
 
 def load_resumable(out: str | Path) -> tuple[dict, Path]:
-    """The checkpoint a resume of run folder `out` starts from, and its path: latest.pt, or, if
-    that is missing or damaged (a truncated file), the newest step checkpoint that loads, with a
-    warning naming both files."""
+    """The checkpoint a resume of run folder `out` starts from, and its path: latest.pt,
+    or, if that is missing or damaged (a truncated file), the newest step checkpoint
+    that loads, with a warning naming both files."""
     latest = Path(out) / "checkpoints" / "latest.pt"
     damaged = []
     for path in [latest, *reversed(step_checkpoints(out))]:
@@ -114,7 +116,8 @@ def set_rng_state(state: dict, device: torch.device) -> None:
 
 
 def trim_metrics(path: str | Path, step: int) -> None:
-    """Drop the records of metrics.jsonl past `step` (logged after the checkpoint we resume from)."""
+    """Drop the records of metrics.jsonl past `step` (logged after the checkpoint we
+    resume from)."""
     path = Path(path)
     if path.is_file():
         lines = [ln for ln in path.read_text().splitlines() if json.loads(ln)["step"] <= step]

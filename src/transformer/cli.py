@@ -33,8 +33,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None, started: float | None = None) -> int:
     """Entry point of `python -m transformer`; returns the exit status. `started`: the
-    time.perf_counter() reading when the process started, from which `train` counts its wall
-    time (default: when train starts)."""
+    time.perf_counter() reading when the process started, from which `train` counts its
+    wall time (default: when train starts)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     args.argv = argv  # the command as typed, for the provenance of recorded results

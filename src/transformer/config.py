@@ -20,8 +20,8 @@ from .training import PRESETS
 
 
 def knob(default, help: str, group: str, low=None, low_ok=True, high=None, choices=None):
-    """A TrainConfig field. Its help text, group, bounds (low, or [low, high)) and choices both
-    check the value and make the field's command-line flag (chapter 15)."""
+    """A TrainConfig field. Its help text, group, bounds (low, or [low, high)) and
+    choices both check the value and make the field's command-line flag (chapter 15)."""
     bounds = dict(low=low, low_ok=low_ok, high=high, choices=choices)
     return field(default=default, metadata=dict(help=help, group=group, bounds=bounds))
 
@@ -46,8 +46,8 @@ _CADENCE = "cadences"
 # %% ../../notebooks/12_training_loop.ipynb #50c85ac0
 @dataclass
 class ModelKnobs:
-    """The knobs of what a run trains: the language pair, the model (a preset, with the sizes
-    set here instead) and the vocabulary. None means the preset's value."""
+    """The knobs of what a run trains: the language pair, the model (a preset, with the
+    sizes set here instead) and the vocabulary. None means the preset's value."""
 
     src: str = knob("en", "source language", _DATA, choices=LANGUAGES)
     tgt: str = knob("de", "target language", _DATA, choices=LANGUAGES)
@@ -64,7 +64,8 @@ class ModelKnobs:
     vocab_size: int = knob(8000, "pieces of the shared vocabulary (chapter 1)", _DATA, low=100)
 
     def model_sizes(self) -> dict:
-        """The preset's d_model, n_heads, d_ff and n_layers, with the ones set here instead."""
+        """The preset's d_model, n_heads, d_ff and n_layers, with the ones set here
+        instead."""
         sizes = PRESETS[self.preset].sizes
         return sizes | {k: getattr(self, k) for k in sizes if getattr(self, k) is not None}
 
@@ -72,11 +73,15 @@ class ModelKnobs:
 # %% ../../notebooks/12_training_loop.ipynb #849074c3
 @dataclass
 class TrainConfig(ModelKnobs):
-    """Every knob of a training run: ModelKnobs, then how long, where, with which batches and
-    schedule, and how often to log, evaluate and save. None means the preset's value."""
+    """Every knob of a training run: ModelKnobs, then how long, where, with which
+    batches and schedule, and how often to log, evaluate and save. None means the
+    preset's value."""
 
     max_steps: int | None = knob(
-        None, "stop after this many steps (or epochs, or seconds, whichever first)", _LENGTH, low=1
+        None,
+        "stop after this many steps (or epochs, or seconds, whichever first)",
+        _LENGTH,
+        low=1,
     )
     epochs: int | None = knob(None, "stop after this many passes over the data", _LENGTH, low=1)
     max_seconds: float | None = knob(
@@ -90,11 +95,16 @@ class TrainConfig(ModelKnobs):
     seed: int = knob(0, "seed of weights, data order, dropout", _DATA)
     out: str = knob("runs/train", "output folder (metrics, checkpoints)", _LENGTH)
     resume: bool = knob(
-        False, "continue the run in its output folder from its latest checkpoint", _LENGTH
+        False,
+        "continue the run in its output folder from its latest checkpoint",
+        _LENGTH,
     )
     device: str = knob("auto", "auto (CUDA if available), cpu, cuda, cuda:1, ...", _DEVICE)
     token_budget: int | None = knob(
-        None, "padded positions per batch and process (default: the preset's)", _OPT, low=1
+        None,
+        "padded positions per batch and process (default: the preset's)",
+        _OPT,
+        low=1,
     )
     warmup: int | None = knob(
         None, "warm-up steps of the Noam schedule (default: the preset's)", _OPT, low=1
@@ -106,7 +116,11 @@ class TrainConfig(ModelKnobs):
         None, "dropout on the attention weights (default: dropout)", _OPT, low=0, high=1
     )
     activation_dropout: float | None = knob(
-        None, "dropout on the feed-forward's hidden layer (default: dropout)", _OPT, low=0, high=1
+        None,
+        "dropout on the feed-forward's hidden layer (default: dropout)",
+        _OPT,
+        low=0,
+        high=1,
     )
     clip: float = knob(1.0, "maximum gradient norm (0: no clipping)", _OPT, low=0)
     amp: bool = knob(True, "bf16 autocast where the device supports it", _DEVICE)
@@ -116,7 +130,10 @@ class TrainConfig(ModelKnobs):
     eval_every: int = knob(500, "steps between validation losses", _CADENCE, low=1)
     save_every: int = knob(500, "steps between checkpoints", _CADENCE, low=1)
     keep: int = knob(
-        5, "step checkpoints kept besides latest.pt (chapter 13 averages them)", _CADENCE, low=1
+        5,
+        "step checkpoints kept besides latest.pt (chapter 13 averages them)",
+        _CADENCE,
+        low=1,
     )
 
     def __post_init__(self):
@@ -127,7 +144,8 @@ class TrainConfig(ModelKnobs):
 
 # %% ../../notebooks/12_training_loop.ipynb #09b6def6
 def config_problems(cfg: TrainConfig) -> list[str]:
-    """Everything wrong with cfg: each field against its knob, then the rules across fields."""
+    """Everything wrong with cfg: each field against its knob, then the rules across
+    fields."""
     problems = []
     for f in fields(cfg):
         problem = bounds_problem(getattr(cfg, f.name), **f.metadata["bounds"])
@@ -144,17 +162,17 @@ def config_problems(cfg: TrainConfig) -> list[str]:
 
 # %% ../../notebooks/12_training_loop.ipynb #5f1a9c2e
 def flag_of(f: Field) -> str:
-    """The `train` flag of a TrainConfig field: --token-budget for token_budget; a switch that
-    is on by default is turned off by --no-NAME (--no-amp)."""
+    """The `train` flag of a TrainConfig field: --token-budget for token_budget; a
+    switch that is on by default is turned off by --no-NAME (--no-amp)."""
     name = f.name.replace("_", "-")
     return f"--no-{name}" if f.default is True else f"--{name}"
 
 
 def train_argv(cfg: TrainConfig | Mapping) -> list[str]:
-    """The flags of `python -m transformer train` that rebuild cfg (a TrainConfig, or its dict).
-    Every value that is set is written, even a default, so that the command keeps meaning the
-    same run if a default changes; None (the preset's value) and a switch in its default state
-    need no flag."""
+    """The flags of `python -m transformer train` that rebuild cfg (a TrainConfig, or
+    its dict). Every value that is set is written, even a default, so that the command
+    keeps meaning the same run if a default changes; None (the preset's value) and a
+    switch in its default state need no flag."""
     values = asdict(cfg) if isinstance(cfg, TrainConfig) else cfg
     argv = []
     for f in fields(TrainConfig):

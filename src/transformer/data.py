@@ -25,7 +25,11 @@ from pathlib import Path
 import platformdirs
 
 MULTI30K_URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw/{name}"
-SPLIT_SIZES = {"train": 29000, "val": 1014, "test_2016_flickr": 1000}  # sentences per split
+SPLIT_SIZES = {
+    "train": 29000,
+    "val": 1014,
+    "test_2016_flickr": 1000,
+}  # sentences per split
 LANGUAGES = ("en", "de", "fr", "cs")
 SHA256 = {
     "test_2016_flickr.cs.gz": "200a4a74cc9560f051924abb9803be008d1908d77f747e9141aeb86dfd2797f1",
@@ -45,7 +49,8 @@ SHA256 = {
 
 # %% ../../notebooks/01_tokenization.ipynb #8ccee33c
 def cache_dir() -> Path:
-    """The folder for downloads and trained tokenizers (`$TRANSFORMER_CACHE` overrides it)."""
+    """The folder for downloads and trained tokenizers (`$TRANSFORMER_CACHE` overrides
+    it)."""
     return Path(
         os.environ.get("TRANSFORMER_CACHE") or platformdirs.user_cache_dir("transformer-book")
     )
@@ -61,9 +66,10 @@ def _sha256(path: Path) -> str:
 
 
 def atomic_write(path: str | Path, write: Callable[[Path], object]) -> Path:
-    """Call write(tmp) on a temporary file beside `path`, then rename it onto `path` in one step,
-    so that a reader (or a crash) never sees half a file. Every file the package writes goes
-    through here: downloads, tokenizers, checkpoints, records, shipped weights."""
+    """Call write(tmp) on a temporary file beside `path`, then rename it onto `path` in
+    one step, so that a reader (or a crash) never sees half a file. Every file the
+    package writes goes through here: downloads, tokenizers, checkpoints, records,
+    shipped weights."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
@@ -134,4 +140,10 @@ def load_multi30k(
         raise ValueError(
             f"source and target language are both {src_lang!r}; pick two different ones"
         )
-    return list(zip(read_sentences(split, src_lang), read_sentences(split, tgt_lang), strict=True))
+    return list(
+        zip(
+            read_sentences(split, src_lang),
+            read_sentences(split, tgt_lang),
+            strict=True,
+        )
+    )

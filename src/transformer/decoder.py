@@ -24,10 +24,10 @@ class LayerCache:
 
 # %% ../../notebooks/09_decoder.ipynb #2067f44f
 class DecoderLayer(nn.Module):
-    """Masked self-attention, cross-attention over the memory, then the feed-forward network,
-    each in a Residual, post-LN as in the paper's section 3.1 or pre-LN with norm_first. With
-    cross_attention=False the middle sublayer is left out: the decoder-only (GPT-style) block.
-    """
+    """Masked self-attention, cross-attention over the memory, then the feed-forward
+    network, each in a Residual, post-LN as in the paper's section 3.1 or pre-LN with
+    norm_first. With cross_attention=False the middle sublayer is left out: the
+    decoder-only (GPT-style) block."""
 
     def __init__(self, config: StackConfig, cross_attention: bool = True):
         super().__init__()
@@ -53,21 +53,23 @@ class DecoderLayer(nn.Module):
         cache: LayerCache | None = None,
         is_causal: bool = False,
     ) -> Tensor:  # (batch, T, d_model)
-        """x (batch, T, d_model); memory (batch, S, d_model) from the encoder, None without
-        cross-attention.
+        """x (batch, T, d_model); memory (batch, S, d_model) from the encoder, None
+        without cross-attention.
 
-        self_mask (batch, 1, T, T_keys) and cross_mask (batch, 1, T, S): bool, True = may attend
-        (masks.decoder_mask and masks.cross_mask). is_causal=True instead of a self_mask: the causal
-        mask as a flag (chapter 5). cache: the layer's LayerCache, kept between decoding steps.
-        """
+        self_mask (batch, 1, T, T_keys) and cross_mask (batch, 1, T, S): bool, True =
+        may attend (masks.decoder_mask and masks.cross_mask). is_causal=True instead of
+        a self_mask: the causal mask as a flag (chapter 5). cache: the layer's
+        LayerCache, kept between decoding steps."""
         self_cache = None if cache is None else cache.self_attn
         x = self.self_residual(
-            x, lambda h: self.self_attn(h, mask=self_mask, cache=self_cache, is_causal=is_causal)
+            x,
+            lambda h: self.self_attn(h, mask=self_mask, cache=self_cache, is_causal=is_causal),
         )
         if self.cross_attn is not None:
             cross_cache = None if cache is None else cache.cross_attn
             x = self.cross_residual(
-                x, lambda h: self.cross_attn(h, memory, mask=cross_mask, cache=cross_cache)
+                x,
+                lambda h: self.cross_attn(h, memory, mask=cross_mask, cache=cross_cache),
             )
         return self.ff_residual(x, self.feed_forward)
 
@@ -75,7 +77,8 @@ class DecoderLayer(nn.Module):
 # %% ../../notebooks/09_decoder.ipynb #f156252b
 @dataclass
 class DecoderCache:
-    """What step-by-step decoding keeps between steps: a LayerCache per layer, and the length."""
+    """What step-by-step decoding keeps between steps: a LayerCache per layer, and the
+    length."""
 
     layers: list[LayerCache] = field(default_factory=list)
     length: int = 0  # target positions already decoded
@@ -106,11 +109,10 @@ class Decoder(nn.Module):
         cache: DecoderCache | None = None,
         is_causal: bool = False,
     ) -> Tensor:  # (batch, T, d_model)
-        """x: the embedded target (batch, T, d_model); memory: the encoder output (batch, S,
-        d_model). Masks and is_causal as in DecoderLayer, shared by all layers. With a cache, x
-        holds only the new positions and self_mask (if any) spans the kept ones too:
-        (T_new, length + T_new).
-        """
+        """x: the embedded target (batch, T, d_model); memory: the encoder output
+        (batch, S, d_model). Masks and is_causal as in DecoderLayer, shared by all
+        layers. With a cache, x holds only the new positions and self_mask (if any)
+        spans the kept ones too: (T_new, length + T_new)."""
         if cache is not None and not cache.layers:  # a new cache: one LayerCache per layer
             cache.layers = [LayerCache() for _ in self.layers]
         for i, layer in enumerate(self.layers):

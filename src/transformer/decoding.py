@@ -29,7 +29,8 @@ EXTRA_LENGTH = 50  # paper section 6.1: at most 50 tokens more than the source
 
 @contextmanager
 def evaluating(model: Transformer) -> Iterator[None]:
-    """Dropout off and no autograd inside the block; the model's train/eval mode is restored."""
+    """Dropout off and no autograd inside the block; the model's train/eval mode is
+    restored."""
     was_training = model.training
     model.eval()
     try:
@@ -41,9 +42,10 @@ def evaluating(model: Transformer) -> Iterator[None]:
 
 @contextmanager
 def own_ids(model: nn.Module) -> Iterator[None]:
-    """Inside the block the model skips reading the values of its ids (check_ids off): decoding
-    feeds back only ids it chose from the model's own vocabulary, and a check would make the
-    host wait at every token. The caller checks what came from outside (the source) before."""
+    """Inside the block the model skips reading the values of its ids (check_ids off):
+    decoding feeds back only ids it chose from the model's own vocabulary, and a check
+    would make the host wait at every token. The caller checks what came from outside
+    (the source) before."""
     checked = model.check_ids
     model.check_ids = False
     try:
@@ -54,8 +56,9 @@ def own_ids(model: nn.Module) -> Iterator[None]:
 
 # %% ../../notebooks/13_decoding.ipynb #35949c5c
 def length_limits(model: Transformer, src: Tensor, max_len: int | None = None) -> Tensor:
-    """(batch,) the most tokens each sentence may get: `max_len`, or by default its source length
-    + 50 (paper section 6.1), never more than the model's max_len positions."""
+    """(batch,) the most tokens each sentence may get: `max_len`, or by default its
+    source length + 50 (paper section 6.1), never more than the model's max_len
+    positions."""
     cap = model.config.max_len
     if max_len is None:
         src_len = (src != model.config.pad_id).sum(dim=1)  # (batch,) real source tokens
@@ -69,7 +72,8 @@ def length_limits(model: Transformer, src: Tensor, max_len: int | None = None) -
 
 
 def _check_inputs(model: Transformer, src: Tensor, bos_id: int, eos_id: int | None) -> Tensor:
-    """src on the model's device, once checked to be what decoding needs (else a ValueError)."""
+    """src on the model's device, once checked to be what decoding needs (else a
+    ValueError)."""
     c = model.config
     if not isinstance(src, Tensor) or src.dim() != 2 or src.is_floating_point():
         got = f"shape {tuple(src.shape)} {src.dtype}" if isinstance(src, Tensor) else type(src)
@@ -84,7 +88,10 @@ def _check_inputs(model: Transformer, src: Tensor, bos_id: int, eos_id: int | No
             f"src has {src.size(1)} positions but the model takes at most max_len={c.max_len}; "
             "truncate the sources (evaluation.translate does it, with a warning)"
         )
-    for name, i in (("bos_id", bos_id), ("eos_id", bos_id if eos_id is None else eos_id)):
+    for name, i in (
+        ("bos_id", bos_id),
+        ("eos_id", bos_id if eos_id is None else eos_id),
+    ):
         if type(i) is not int or not 0 <= i < c.tgt_vocab_size:
             raise ValueError(f"{name} must be a target id in [0, {c.tgt_vocab_size}), got {i!r}")
         if i == c.pad_id:
@@ -96,11 +103,16 @@ def _check_inputs(model: Transformer, src: Tensor, bos_id: int, eos_id: int | No
 class DecoderState:
     """Prefixes decoded together, one per row, with their sources, memory and KV cache.
 
-    `log_probs` is one step of the greedy loop for every row; `advance` appends the chosen
-    tokens. Greedy decoding and beam search are both built on it."""
+    `log_probs` is one step of the greedy loop for every row; `advance` appends the
+    chosen tokens. Greedy decoding and beam search are both built on it."""
 
     def __init__(
-        self, model: Transformer, src: Tensor, bos_id: int, eos_id: int | None, use_cache: bool
+        self,
+        model: Transformer,
+        src: Tensor,
+        bos_id: int,
+        eos_id: int | None,
+        use_cache: bool,
     ):
         self.model, self.src, self.eos_id = model, src, eos_id  # src: (rows, S)
         self.memory = model.encode(src)  # (rows, S, d_model): checks src, runs the encoder once
@@ -113,19 +125,21 @@ class DecoderState:
         with own_ids(self.model):  # the prefixes hold only ids this state chose
             if self.cache is None:  # recompute the whole prefix
                 logits = self.model.decode(self.prefix, self.memory, self.src)  # (rows, t, V)
-            else:  # only the newest token; the cache holds the keys and values of the others
+            # only the newest token; the cache holds the keys and values of the others
+            else:
                 logits = self.model.decode(self.prefix[:, -1:], self.memory, self.src, self.cache)
         return logits[:, -1].index_fill(-1, self.never, -math.inf).log_softmax(dim=-1)
 
     def ends(self, tokens: Tensor) -> Tensor:  # bool, the shape of tokens
-        """True at EOS; nowhere if eos_id is None (decoding then runs to its length limit)."""
+        """True at EOS; nowhere if eos_id is None (decoding then runs to its length
+        limit)."""
         if self.eos_id is None:
             return torch.zeros_like(tokens, dtype=torch.bool)
         return tokens == self.eos_id
 
     def advance(self, tokens: Tensor, rows: Tensor | None = None) -> None:
-        """Append tokens (n,) to the prefixes of `rows` (n,), in that order, dropping every
-        other row; rows=None keeps all rows as they are."""
+        """Append tokens (n,) to the prefixes of `rows` (n,), in that order, dropping
+        every other row; rows=None keeps all rows as they are."""
         if rows is not None:
             self.prefix, self.src = self.prefix[rows], self.src[rows]
             self.memory = self.memory[rows]
@@ -143,10 +157,12 @@ def greedy_decode(
     eos_id: int | None = EOS_ID,
     use_cache: bool = True,
 ) -> Tensor:
-    """Greedy decoding for a batch: src (batch, S) -> ids (batch, T <= max_len), without BOS.
+    """Greedy decoding for a batch: src (batch, S) -> ids (batch, T <= max_len), without
+    BOS.
 
     A row ends with EOS and then PAD, or stops at its length limit (`length_limits`).
-    use_cache=False recomputes the whole prefix at every step instead of using the KV cache."""
+    use_cache=False recomputes the whole prefix at every step instead of using the KV
+    cache."""
     src = _check_inputs(model, src, bos_id, eos_id)
     limits = length_limits(model, src, max_len)  # (batch,)
     out = src.new_full((src.size(0), int(limits.max())), model.config.pad_id)  # (batch, T)
@@ -181,12 +197,14 @@ def beam_search(
     alpha: float = 0.6,
     use_cache: bool = True,
 ) -> list[list[int]]:
-    """Beam search, batched over sentences and beams: one id list per sentence of src (batch, S).
+    """Beam search, batched over sentences and beams: one id list per sentence of src
+    (batch, S).
 
-    A candidate among the beam_size best that ends (EOS, or the sentence's length limit) is kept
-    as finished with its score log P / lp(|Y|), alpha being lp's exponent; a sentence is done
-    with beam_size finished hypotheses or at its limit, and returns its best one: no BOS, EOS
-    last unless cut at the limit. beam_size=1 is greedy decoding."""
+    A candidate among the beam_size best that ends (EOS, or the sentence's length limit)
+    is kept as finished with its score log P / lp(|Y|), alpha being lp's exponent; a
+    sentence is done with beam_size finished hypotheses or at its limit, and returns its
+    best one: no BOS, EOS last unless cut at the limit. beam_size=1 is greedy decoding.
+    """
     if type(beam_size) is not int or beam_size < 1:
         raise ValueError(f"beam_size must be a positive integer, got {beam_size!r}")
     if not alpha >= 0:
@@ -205,11 +223,17 @@ def beam_search(
             vocab = log_p.size(-1)
             total = (scores[:, :, None] + log_p).view(len(alive), k * vocab)
             top, index = total.topk(2 * k)  # (sentences, 2k), best first
-            origin, token = index // vocab, index % vocab  # the beam each extends, its token
+            origin, token = (
+                index // vocab,
+                index % vocab,
+            )  # the beam each extends, its token
             at_limit = limits[alive] <= t  # (sentences,)
             ends = state.ends(token) | at_limit[:, None]  # (sentences, 2k)
             for i, j in (ends[:, :k] & top[:, :k].isfinite()).nonzero().tolist():
-                ids = [*state.prefix[i * k + origin[i, j], 1:].tolist(), int(token[i, j])]
+                ids = [
+                    *state.prefix[i * k + origin[i, j], 1:].tolist(),
+                    int(token[i, j]),
+                ]
                 finished[alive[i]].append((top[i, j].item() / lp(t, alpha), ids))
             scores, pick = top.masked_fill(ends, -math.inf).topk(k)  # the k best that go on
             done = torch.tensor([len(finished[b]) >= k for b in alive.tolist()], device=src.device)

@@ -25,9 +25,10 @@ import torch.distributed as dist
 
 @contextmanager
 def host_reads(modules: tuple[str, ...] = ("transformer",)) -> Iterator[Counter]:
-    """Count, inside the block, the reads of tensor values (item, tolist, bool, int, float) made
-    by the code of `modules` (and their submodules): each is a point where the host waits for
-    the device. The counter's keys name the function that read, and how."""
+    """Count, inside the block, the reads of tensor values (item, tolist, bool, int,
+    float) made by the code of `modules` (and their submodules): each is a point where
+    the host waits for the device. The counter's keys name the function that read, and
+    how."""
     counts = Counter()
     names = ("item", "tolist", "__bool__", "__int__", "__float__")
     originals = {name: getattr(torch.Tensor, name) for name in names}
@@ -51,7 +52,8 @@ def host_reads(modules: tuple[str, ...] = ("transformer",)) -> Iterator[Counter]
 
 
 # %% ../../notebooks/12_training_loop.ipynb #adcf107e
-# dense bf16 tensor-core peak of the GPUs we run on (NVIDIA's data sheets, without sparsity)
+# dense bf16 tensor-core peak of the GPUs we run on (NVIDIA's data sheets, without
+# sparsity)
 PEAK_BF16_FLOPS = {"H100 PCIe": 756e12, "H100": 989e12, "H200": 989e12}
 
 
@@ -63,8 +65,8 @@ def resolve_device(name: str) -> torch.device:
 
 
 def setup_distributed(device: str = "auto") -> tuple[int, int, torch.device]:
-    """(rank, world_size, device). Under torchrun (WORLD_SIZE > 1) this joins the process group:
-    NCCL with one GPU per process on CUDA, gloo on the CPU."""
+    """(rank, world_size, device). Under torchrun (WORLD_SIZE > 1) this joins the
+    process group: NCCL with one GPU per process on CUDA, gloo on the CPU."""
     dev = resolve_device(device)
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     if world_size == 1:
@@ -78,7 +80,8 @@ def setup_distributed(device: str = "auto") -> tuple[int, int, torch.device]:
 
 
 def describe_device(device: torch.device | str) -> str:
-    """The device as a reader would name it: the GPU model, or the CPU's architecture and cores."""
+    """The device as a reader would name it: the GPU model, or the CPU's architecture
+    and cores."""
     device = torch.device(device)
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
@@ -86,14 +89,16 @@ def describe_device(device: torch.device | str) -> str:
 
 
 def autocast_dtype(device: torch.device, amp: bool = True) -> torch.dtype | None:
-    """bfloat16 on a CUDA device that supports it (and when `amp`), else None: full float32."""
+    """bfloat16 on a CUDA device that supports it (and when `amp`), else None: full
+    float32."""
     return (
         torch.bfloat16 if amp and device.type == "cuda" and torch.cuda.is_bf16_supported() else None
     )
 
 
 def peak_flops(device: torch.device) -> float | None:
-    """The dense bf16 peak of this GPU, if it is one we know; None on a CPU or another GPU."""
+    """The dense bf16 peak of this GPU, if it is one we know; None on a CPU or another
+    GPU."""
     if device.type != "cuda":
         return None
     name = torch.cuda.get_device_name(device)

@@ -23,7 +23,8 @@ class TokenEmbedding(nn.Module):
         super().__init__()
         self.vocab_size, self.d_model = vocab_size, d_model
         self.embedding = nn.Embedding(vocab_size, d_model)
-        # std d_model^-0.5: suits the tied output projection; the scale below restores unit variance
+        # std d_model^-0.5: suits the tied output projection; the scale below restores
+        # unit variance
         nn.init.normal_(self.embedding.weight, std=d_model**-0.5)
 
     def forward(self, ids: Tensor) -> Tensor:  # (batch, seq) -> (batch, seq, d_model)
@@ -33,8 +34,9 @@ class TokenEmbedding(nn.Module):
 def check_token_ids(ids: Tensor, vocab_size: int) -> None:
     """Raise a clear error unless `ids` is an integer tensor of ids in [0, vocab_size).
 
-    Reading the values makes the host wait for the device, so this runs where ids enter (the
-    model's entry points, the batches of chapter 12), not in the embedding at every step."""
+    Reading the values makes the host wait for the device, so this runs where ids enter
+    (the model's entry points, the batches of chapter 12), not in the embedding at every
+    step."""
     if ids.dtype not in (torch.int32, torch.int64):
         raise TypeError(f"token ids must be an integer tensor, got {ids.dtype}")
     if ids.numel() and (ids.min() < 0 or ids.max() >= vocab_size):
@@ -48,8 +50,8 @@ def check_token_ids(ids: Tensor, vocab_size: int) -> None:
 def sinusoidal_positional_encoding(
     max_len: int, d_model: int, dtype: torch.dtype = torch.float32
 ) -> Tensor:
-    """The (max_len, d_model) sinusoidal table: sin(pos w_k) on even dimensions 2k, cos(pos w_k)
-    on odd dimensions 2k + 1, with w_k = 10000^(-2k / d_model)."""
+    """The (max_len, d_model) sinusoidal table: sin(pos w_k) on even dimensions 2k,
+    cos(pos w_k) on odd dimensions 2k + 1, with w_k = 10000^(-2k / d_model)."""
     if d_model % 2:
         raise ValueError(f"d_model must be even to pair sines with cosines, got {d_model}")
     position = torch.arange(max_len, dtype=torch.float64).unsqueeze(1)  # (max_len, 1)
@@ -84,7 +86,8 @@ class PositionalEncoding(nn.Module):
 
 
 class TransformerEmbedding(nn.Module):
-    """ids -> dropout(sqrt(d_model) E[ids] + PE): the input of the encoder and decoder stacks."""
+    """ids -> dropout(sqrt(d_model) E[ids] + PE): the input of the encoder and decoder
+    stacks."""
 
     def __init__(self, vocab_size: int, d_model: int, max_len: int, dropout: float = 0.1):
         super().__init__()

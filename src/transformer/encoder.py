@@ -15,11 +15,12 @@ from .normalization import LayerNorm, Residual
 
 @dataclass(kw_only=True)
 class StackConfig:
-    """The sizes of a stack of N layers; the defaults are the paper's base model (Table 3).
+    """The sizes of a stack of N layers; the defaults are the paper's base model (Table
+    3).
 
-    d_head=None means d_model // n_heads. Chapter 10's TransformerConfig adds the vocabularies
-    and the embeddings. Keyword-only: StackConfig(n_layers=2, d_model=64, n_heads=4, d_ff=256).
-    """
+    d_head=None means d_model // n_heads. Chapter 10's TransformerConfig adds the
+    vocabularies and the embeddings. Keyword-only: StackConfig(n_layers=2, d_model=64,
+    n_heads=4, d_ff=256)."""
 
     d_model: int = 512
     n_heads: int = 8
@@ -31,7 +32,12 @@ class StackConfig:
     activation_dropout: float | None = None  # on the feed-forward's hidden layer; None: dropout
     norm_first: bool = False  # True: pre-LN, the LayerNorm at the start of each branch
 
-    positive_ints = ("d_model", "n_heads", "d_ff", "n_layers")  # not a field: what is checked
+    positive_ints = (
+        "d_model",
+        "n_heads",
+        "d_ff",
+        "n_layers",
+    )  # not a field: what is checked
 
     def __post_init__(self):
         for name in self.positive_ints:
@@ -48,10 +54,10 @@ class StackConfig:
 
 # %% ../../notebooks/08_encoder.ipynb #bf4e82aa
 class EncoderLayer(nn.Module):
-    """Self-attention, then the feed-forward network, each in a Residual (paper section 3.1).
+    """Self-attention, then the feed-forward network, each in a Residual (paper section
+    3.1).
 
-    Post-LN as in the paper, or pre-LN with config.norm_first.
-    """
+    Post-LN as in the paper, or pre-LN with config.norm_first."""
 
     def __init__(self, config: StackConfig):
         super().__init__()
@@ -69,8 +75,8 @@ class EncoderLayer(nn.Module):
 
 # %% ../../notebooks/08_encoder.ipynb #488038b6
 class Encoder(nn.Module):
-    """N identical encoder layers, each with its own weights; pre-LN stacks end with a final
-    LayerNorm."""
+    """N identical encoder layers, each with its own weights; pre-LN stacks end with a
+    final LayerNorm."""
 
     def __init__(self, config: StackConfig):
         super().__init__()
@@ -78,7 +84,8 @@ class Encoder(nn.Module):
         self.norm = LayerNorm(config.d_model) if config.norm_first else nn.Identity()
 
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:  # (batch, S, d_model)
-        """mask: bool (batch, 1, S, S), True = may attend, e.g. masks.encoder_mask(src, pad_id)."""
+        """mask: bool (batch, 1, S, S), True = may attend, e.g. masks.encoder_mask(src,
+        pad_id)."""
         for layer in self.layers:
             x = layer(x, mask)
         return self.norm(x)

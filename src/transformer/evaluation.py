@@ -36,8 +36,8 @@ from .tokenizer import Tokenizer, multi30k_tokenizer
 
 
 def read_checkpoint(path: str | Path) -> dict:
-    """A checkpoint written by loop.train (loaded safely), checked to hold "model" weights
-    and a "model_config"."""
+    """A checkpoint written by loop.train (loaded safely), checked to hold "model"
+    weights and a "model_config"."""
     try:
         ckpt = load_checkpoint(path)
     except (RuntimeError, EOFError, pickle.UnpicklingError) as err:
@@ -55,7 +55,8 @@ def read_checkpoint(path: str | Path) -> dict:
 
 
 def _mismatches(have: dict, want: dict, shown: int = 4) -> str:
-    """'key: have vs want' for the keys where two dicts differ (tensors by shape), or ''."""
+    """'key: have vs want' for the keys where two dicts differ (tensors by shape), or
+    ''."""
 
     def show(d: dict, k: str):
         v = d.get(k, "missing")
@@ -68,8 +69,8 @@ def _mismatches(have: dict, want: dict, shown: int = 4) -> str:
 
 # %% ../../notebooks/14_evaluation.ipynb #fea6c2d5
 def average_checkpoints(paths: Sequence[str | Path]) -> dict[str, Tensor]:
-    """Checkpoint averaging: the mean of the model weights of checkpoints of one configuration,
-    computed in float64 and returned in the checkpoints' dtype."""
+    """Checkpoint averaging: the mean of the model weights of checkpoints of one
+    configuration, computed in float64 and returned in the checkpoints' dtype."""
     paths = list(paths)
     if not paths:
         raise ValueError("average_checkpoints needs at least one checkpoint path")
@@ -92,9 +93,9 @@ def average_checkpoints(paths: Sequence[str | Path]) -> dict[str, Tensor]:
 def load_model(
     checkpoint: str | Path | Sequence[str | Path], device: str | torch.device = "cpu"
 ) -> tuple[Transformer, dict]:
-    """(model in eval mode, checkpoint dict): the Transformer that a checkpoint's model_config
-    describes, with its weights; given several paths, with their average (the dict is the last
-    one's, its "model" the averaged weights)."""
+    """(model in eval mode, checkpoint dict): the Transformer that a checkpoint's
+    model_config describes, with its weights; given several paths, with their average
+    (the dict is the last one's, its "model" the averaged weights)."""
     paths = [checkpoint] if isinstance(checkpoint, str | Path) else list(checkpoint)
     if not paths:
         raise ValueError("load_model needs a checkpoint path")
@@ -103,7 +104,10 @@ def load_model(
         ckpt = {**ckpt, "model": average_checkpoints(paths)}
     try:
         model = Transformer(TransformerConfig(**ckpt["model_config"]))
-    except (TypeError, ValueError) as err:  # an unknown or missing field, or a bad value
+    except (
+        TypeError,
+        ValueError,
+    ) as err:  # an unknown or missing field, or a bad value
         raise ValueError(f"the model_config of {paths[-1]} is not valid: {err}") from None
     problems = _mismatches(ckpt["model"], model.state_dict())
     if problems:
@@ -116,8 +120,9 @@ def load_model(
 
 
 def tokenizer_of(ckpt: dict) -> Tokenizer:
-    """The vocabulary the checkpoint's model was trained with: chapter 1's, shared by the run's
-    two languages, of the model's size (chapter 12's `train` makes it the same way)."""
+    """The vocabulary the checkpoint's model was trained with: chapter 1's, shared by
+    the run's two languages, of the model's size (chapter 12's `train` makes it the same
+    way)."""
     languages = (ckpt["train_config"]["src"], ckpt["train_config"]["tgt"])
     return multi30k_tokenizer(ckpt["model_config"]["src_vocab_size"], languages)
 
@@ -125,9 +130,9 @@ def tokenizer_of(ckpt: dict) -> Tokenizer:
 # %% ../../notebooks/14_evaluation.ipynb #23c1fb07
 @dataclass(frozen=True)
 class Decoding:
-    """How a run's checkpoints become translations (paper section 6.1): the mean of its last
-    `average` checkpoints, searched with a beam of `beam_size` (1: greedy) and the length
-    penalty exponent `alpha` (chapter 13)."""
+    """How a run's checkpoints become translations (paper section 6.1): the mean of its
+    last `average` checkpoints, searched with a beam of `beam_size` (1: greedy) and the
+    length penalty exponent `alpha` (chapter 13)."""
 
     average: int = 5
     beam_size: int = 4
@@ -153,9 +158,9 @@ def translate(
     max_len: int | None = None,
     batch_size: int = 64,
 ) -> list[str]:
-    """Translations of `sentences`, in order, by beam search with decoding's beam size and alpha
-    (greedy for a beam of 1) over batches of similar length. Empty lines give ""; sources longer
-    than the model's max_len are truncated to it, with a warning."""
+    """Translations of `sentences`, in order, by beam search with decoding's beam size
+    and alpha (greedy for a beam of 1) over batches of similar length. Empty lines give
+    ""; sources longer than the model's max_len are truncated to it, with a warning."""
     c = model.config
     if isinstance(sentences, str):
         raise TypeError("translate takes a list of sentences; wrap one sentence in a list")
@@ -194,7 +199,8 @@ def translate(
 
 # %% ../../notebooks/14_evaluation.ipynb #d1ae2b6a
 class BleuScores(NamedTuple):
-    """Corpus BLEU of one set of translations, with the sacreBLEU signature of each score."""
+    """Corpus BLEU of one set of translations, with the sacreBLEU signature of each
+    score."""
 
     cased: BLEUScore  # detokenized and case-sensitive: the shareable number
     lowercased: BLEUScore  # case-insensitive, as part of the Multi30k literature reports it
@@ -220,7 +226,8 @@ def corpus_bleu(hypotheses: Sequence[str], references: Sequence[str]) -> BleuSco
 
 
 class SplitResult(NamedTuple):
-    """The scores of one Multi30k split, and the translations and references they compare."""
+    """The scores of one Multi30k split, and the translations and references they
+    compare."""
 
     bleu: BleuScores
     hypotheses: list[str]
@@ -237,7 +244,8 @@ def evaluate_split(
     max_sentences: int | None = None,
     **options,
 ) -> SplitResult:
-    """Translate a Multi30k split (its first max_sentences pairs, if given) and score it.
+    """Translate a Multi30k split (its first max_sentences pairs, if given) and score
+    it.
 
     Extra keyword arguments (max_len, batch_size) go to `translate`."""
     pairs = load_multi30k(split, src, tgt)[:max_sentences]

@@ -33,16 +33,22 @@ from .scoring import attention_record
 STATIC = Path(files("transformer")) / "static"  # explorer.js and .css, shipped as package data
 # kind -> (its name in the menu, what its rows and columns are)
 KINDS = {
-    "encoder": ("encoder self-attention", "rows: queries, columns: keys, both source pieces"),
+    "encoder": (
+        "encoder self-attention",
+        "rows: queries, columns: keys, both source pieces",
+    ),
     "decoder": (
         "decoder self-attention",
         "rows: queries, columns: keys, both output pieces; hatched: masked (a later position)",
     ),
-    "cross": ("cross-attention", "rows: queries (output pieces), columns: keys (source pieces)"),
+    "cross": (
+        "cross-attention",
+        "rows: queries (output pieces), columns: keys (source pieces)",
+    ),
 }
-# A weight is embedded as the integer w = round(1000 x weight), in one or two of 64 digits: below
-# SMALL the digit DIGITS[w]; from there DIGITS[SMALL + (w - SMALL) // 64], DIGITS[(w - SMALL) % 64].
-# Most attention weights are small, so most take one byte.
+# A weight is embedded as the integer w = round(1000 x weight), in one or two of 64
+# digits: below SMALL the digit DIGITS[w]; from there DIGITS[SMALL + (w - SMALL) // 64],
+# DIGITS[(w - SMALL) % 64]. Most attention weights are small, so most take one byte.
 DIGITS = string.ascii_uppercase + string.ascii_lowercase + string.digits + "-_"
 SMALL = 48
 CODES = [
@@ -83,16 +89,20 @@ def _weights(value, n_queries: int, n_keys: int, where: str) -> torch.Tensor:
 
 
 def _sentence(record: Mapping, where: str) -> dict:
-    """A record of attention_record, checked and packed: pieces, a title, and for each kind a
-    [layer][head] string of its weights row by row (the decoder's: only on and below the
-    diagonal, where the causal mask lets a query look)."""
+    """A record of attention_record, checked and packed: pieces, a title, and for each
+    kind a [layer][head] string of its weights row by row (the decoder's: only on and
+    below the diagonal, where the causal mask lets a query look)."""
     if not isinstance(record, Mapping):
         raise ValueError(f"{where} is not a dict")
     source, output = _pieces(record, "source", where), _pieces(record, "output", where)
     title = "".join(source).replace("▁", " ").strip()
     packed = {"title": title if len(title) <= 60 else title[:59].rstrip() + "…"}
     packed |= {"source": source, "output": output}
-    sizes = {"encoder": (source, source), "decoder": (output, output), "cross": (output, source)}
+    sizes = {
+        "encoder": (source, source),
+        "decoder": (output, output),
+        "cross": (output, source),
+    }
     for kind, (queries, keys) in sizes.items():
         if kind not in record:
             raise ValueError(f"{where} has no {kind!r} attention")
@@ -114,10 +124,10 @@ def _sentence(record: Mapping, where: str) -> dict:
 def explorer_html(
     directions: Mapping[str, Sequence[Mapping]], element_id: str | None = None
 ) -> str:
-    """The explorer of `directions` (name -> attention records) as one HTML fragment: its menus,
-    an inline style, the packed data and an inline script, nothing loaded from elsewhere. The
-    same input and element_id give the same bytes; without an id, each call takes the next one
-    (attention-explorer-1, -2, ...)."""
+    """The explorer of `directions` (name -> attention records) as one HTML fragment:
+    its menus, an inline style, the packed data and an inline script, nothing loaded
+    from elsewhere. The same input and element_id give the same bytes; without an id,
+    each call takes the next one (attention-explorer-1, -2, ...)."""
     if not isinstance(directions, Mapping) or not directions:
         raise ValueError("directions must be a non-empty dict: direction name -> records")
     payload = []
@@ -167,7 +177,8 @@ def explorer_html(
 
 # %% ../../notebooks/15_gpu_training.ipynb #a86f8234
 class AttentionExplorer:
-    """The explorer as a notebook output: a cell that ends with one shows it (in the book too)."""
+    """The explorer as a notebook output: a cell that ends with one shows it (in the
+    book too)."""
 
     def __init__(self, directions: Mapping[str, Sequence[Mapping]], element_id: str | None = None):
         self.html = explorer_html(directions, element_id)
@@ -181,12 +192,15 @@ class AttentionExplorer:
 
 
 def explore(
-    translators: Sequence[Pretrained], sentences: Mapping[str, Sequence[str]], element_id=None
+    translators: Sequence[Pretrained],
+    sentences: Mapping[str, Sequence[str]],
+    element_id=None,
 ) -> AttentionExplorer:
-    """The explorer of shipped translators on sentences typed in: each translator translates its
-    direction's sentences with its own settings, and every layer's and head's attention on that
-    translation is computed on the spot (the records' attention_record), in float64, so that the
-    weights, rounded to 3 decimals, come out the same on every machine."""
+    """The explorer of shipped translators on sentences typed in: each translator
+    translates its direction's sentences with its own settings, and every layer's and
+    head's attention on that translation is computed on the spot (the records'
+    attention_record), in float64, so that the weights, rounded to 3 decimals, come out
+    the same on every machine."""
     directions = {}
     for t in translators:
         if t.direction not in sentences:

@@ -11,9 +11,8 @@ from torch import Tensor, nn
 class FeedForward(nn.Module):
     """FFN(x) = max(0, x W_1 + b_1) W_2 + b_2, the same network at every position.
 
-    Dropout acts on the hidden ReLU activations, as in nn.TransformerEncoderLayer. Any leading
-    dimensions are allowed: (..., d_model) -> (..., d_model).
-    """
+    Dropout acts on the hidden ReLU activations, as in nn.TransformerEncoderLayer. Any
+    leading dimensions are allowed: (..., d_model) -> (..., d_model)."""
 
     def __init__(self, d_model: int, d_ff: int, dropout: float = 0.1):
         super().__init__()

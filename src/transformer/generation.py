@@ -42,8 +42,9 @@ def sample_token(
 
 # %% ../../notebooks/16_beyond.ipynb #a11949ed
 def check_prompt(model: CausalLM, prompt: Tensor, max_new_tokens: int) -> None:
-    """A clear error unless the prompt holds ids of the model, without padding, with room for
-    max_new_tokens more. The ids are read here, once; generate then feeds back its own."""
+    """A clear error unless the prompt holds ids of the model, without padding, with
+    room for max_new_tokens more. The ids are read here, once; generate then feeds back
+    its own."""
     if not isinstance(prompt, Tensor) or prompt.dim() != 2 or prompt.numel() == 0:
         got = tuple(prompt.shape) if isinstance(prompt, Tensor) else type(prompt).__name__
         raise ValueError(
@@ -81,10 +82,9 @@ def generate(
 ) -> Tensor:  # (batch, P) -> (batch, P + at most max_new_tokens)
     """Continue every prompt row, greedily or by sampling (sample_token), in eval mode.
 
-    Padding is never generated. A row stops at EOS and is padded after it; the loop ends when
-    every row has stopped.
-    use_cache=False recomputes the whole prefix at each step (same ids, slower).
-    """
+    Padding is never generated. A row stops at EOS and is padded after it; the loop ends
+    when every row has stopped. use_cache=False recomputes the whole prefix at each step
+    (same ids, slower)."""
     check_prompt(model, prompt, max_new_tokens)
     _check_sampling(temperature, top_k)
     with evaluating(model), own_ids(model):  # chapter 13: dropout off, ids not re-read

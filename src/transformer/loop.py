@@ -35,8 +35,8 @@ from .training import evaluate_loss, train_step
 
 # %% ../../notebooks/12_training_loop.ipynb #9194eb25
 class LogSums:
-    """What the loop sums between two log points, on the device: the loss, the steps and the
-    target tokens, and the first step whose loss was not finite (0: none so far)."""
+    """What the loop sums between two log points, on the device: the loss, the steps and
+    the target tokens, and the first step whose loss was not finite (0: none so far)."""
 
     def __init__(self, device: torch.device):
         self.sums = torch.zeros(3, dtype=torch.float64, device=device)
@@ -47,7 +47,8 @@ class LogSums:
         self.first_bad.masked_fill_((self.first_bad == 0) & ~torch.isfinite(loss), step)
 
     def read(self, world_size: int) -> tuple[float, float, float, int]:
-        """(loss sum, steps, tokens, first bad step) over all ranks: where the host waits."""
+        """(loss sum, steps, tokens, first bad step) over all ranks: where the host
+        waits."""
         sums, first_bad = self.sums.clone(), self.first_bad.clone()
         if world_size > 1:
             dist.all_reduce(sums)  # gloo and NCCL both sum float64
@@ -61,8 +62,9 @@ class LogSums:
 
 # %% ../../notebooks/12_training_loop.ipynb #469e0588
 def log_point(run: Run, sums: LogSums, lr: float, since: float, final: bool) -> dict:
-    """Read the sums (added since time `since`), stop on a non-finite loss, then log, evaluate
-    and save as they are due; returns the metrics record (empty if only the check was due)."""
+    """Read the sums (added since time `since`), stop on a non-finite loss, then log,
+    evaluate and save as they are due; returns the metrics record (empty if only the
+    check was due)."""
     loss_sum, steps, tokens, first_bad = sums.read(run.world_size)
     seconds = time.perf_counter() - since  # the device has finished the summed steps
     if first_bad:
@@ -78,8 +80,15 @@ def log_point(run: Run, sums: LogSums, lr: float, since: float, final: bool) -> 
         )
     cfg, record = run.cfg, {}
     if run.step % cfg.log_every == 0 or final:
-        record |= {"epoch": run.data.epoch, "loss": round(loss_sum / steps, 6), "lr": lr}
-        record |= {"target_tokens": int(tokens), "tokens_per_s": round(tokens / seconds, 1)}
+        record |= {
+            "epoch": run.data.epoch,
+            "loss": round(loss_sum / steps, 6),
+            "lr": lr,
+        }
+        record |= {
+            "target_tokens": int(tokens),
+            "tokens_per_s": round(tokens / seconds, 1),
+        }
         sums.reset()
     if final and run.stopped_by:
         record["stopped_by"] = run.stopped_by
@@ -102,10 +111,11 @@ STOP_SIGNALS = ("SIGINT", "SIGTERM")  # after these a run saves where it is, the
 
 
 class StopSignals:
-    """Inside `with`, SIGINT (Ctrl-C, a notebook's interrupt) and SIGTERM (a scheduler's time
-    limit, a preemption) only note that the run should stop; the loop then stops at the end of
-    its step and saves. A second signal while it saves is noted and ignored: the files stay whole.
-    Handlers can only be set in the main thread; elsewhere the signals keep their usual effect."""
+    """Inside `with`, SIGINT (Ctrl-C, a notebook's interrupt) and SIGTERM (a scheduler's
+    time limit, a preemption) only note that the run should stop; the loop then stops at
+    the end of its step and saves. A second signal while it saves is noted and ignored:
+    the files stay whole. Handlers can only be set in the main thread; elsewhere the
+    signals keep their usual effect."""
 
     def __init__(self):
         self.signum, self.previous = 0, {}
@@ -119,7 +129,10 @@ class StopSignals:
     def note(self, signum: int, frame) -> None:
         if self.signum:  # os-level write: safe even if the handler interrupted a print
             name = signal.Signals(signum).name
-            os.write(2, f"{name} again: already stopping, the checkpoint is being saved\n".encode())
+            os.write(
+                2,
+                f"{name} again: already stopping, the checkpoint is being saved\n".encode(),
+            )
         self.signum = self.signum or signum
 
     def __exit__(self, *exc) -> None:
@@ -128,9 +141,10 @@ class StopSignals:
 
 
 def stop_reason(run: Run, signum: int) -> str | None:
-    """Why the run should end after this step, if it should: a signal that any rank caught, or
-    max_seconds passed on rank 0's clock (the host's: no device value is read for it). Under DDP
-    the ranks agree here with one collective, so that every rank stops at the same step."""
+    """Why the run should end after this step, if it should: a signal that any rank
+    caught, or max_seconds passed on rank 0's clock (the host's: no device value is read
+    for it). Under DDP the ranks agree here with one collective, so that every rank
+    stops at the same step."""
     up = run.rank == 0 and run.cfg.max_seconds is not None and run.wall() >= run.cfg.max_seconds
     if run.world_size > 1:
         flags = torch.tensor([float(up), float(signum)], device=run.device)
@@ -143,9 +157,9 @@ def stop_reason(run: Run, signum: int) -> str | None:
 
 # %% ../../notebooks/12_training_loop.ipynb #53da98cd
 def run_steps(run: Run, total: float) -> dict:
-    """Train until step `total` (or max_seconds). Between the cadences of run.cfg (log, eval,
-    save) the host only queues work for the device; it reads a device value at those points
-    alone, and only there looks at the clock."""
+    """Train until step `total` (or max_seconds). Between the cadences of run.cfg (log,
+    eval, save) the host only queues work for the device; it reads a device value at
+    those points alone, and only there looks at the clock."""
     cfg, amp_dtype = run.cfg, autocast_dtype(run.device, run.cfg.amp)
     run.out.mkdir(parents=True, exist_ok=True)
     bar = tqdm(
@@ -165,8 +179,8 @@ def run_steps(run: Run, total: float) -> dict:
                 loss = train_step(run.wrapped_model, batch, run.optimizer, run.scheduler, *args)
                 run.step += 1
                 sums.add(run.step, loss, (batch.tgt_out != PAD_ID).sum())
-                # a lone process stops right after the step a signal came in; DDP ranks agree
-                # at the next log point
+                # a lone process stops right after the step a signal came in; DDP ranks
+                # agree at the next log point
                 at_log = run.step % cfg.log_every == 0
                 if at_log or (signals.signum and run.world_size == 1):
                     run.stopped_by = stop_reason(run, signals.signum)
@@ -178,7 +192,8 @@ def run_steps(run: Run, total: float) -> dict:
                     if "loss" in new:  # new sums start; evaluation and saving never count
                         clock, record = time.perf_counter(), new
                         postfix = dict(
-                            loss=f"{new['loss']:.3f}", tok_s=f"{new['tokens_per_s']:.0f}"
+                            loss=f"{new['loss']:.3f}",
+                            tok_s=f"{new['tokens_per_s']:.0f}",
                         )
                         bar.set_postfix(postfix)
                     else:
@@ -201,9 +216,9 @@ def train(cfg: TrainConfig, started: float | None = None) -> dict:
     """Train a Transformer on Multi30k as `cfg` says; return a summary of the run.
 
     Writes `cfg.out`/metrics.jsonl and checkpoints/ (rank 0 only). Under torchrun, every
-    process trains one DistributedDataParallel replica on its share of the batches. `started`
-    is a time.perf_counter() reading from when the process started (default: now); the run's
-    wall clock, and max_seconds, count from it."""
+    process trains one DistributedDataParallel replica on its share of the batches.
+    `started` is a time.perf_counter() reading from when the process started (default:
+    now); the run's wall clock, and max_seconds, count from it."""
     rank, world_size, device = setup_distributed(cfg.device)
     try:
         run = start_run(cfg, rank, world_size, device, started)

@@ -18,7 +18,8 @@ _INTEGER_DTYPES = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int6
 
 
 def padding_mask(ids: Tensor, pad_id: int) -> Tensor:
-    """k[b, s] = ids[b, s] != pad_id: True at real tokens. (batch, seq) -> (batch, seq) bool."""
+    """k[b, s] = ids[b, s] != pad_id: True at real tokens. (batch, seq) -> (batch, seq)
+    bool."""
     if not isinstance(ids, Tensor):
         raise TypeError(f"token ids must be a torch.Tensor, got {type(ids).__name__}")
     if ids.dtype not in _INTEGER_DTYPES:
@@ -34,8 +35,9 @@ def padding_mask(ids: Tensor, pad_id: int) -> Tensor:
 
 
 def causal_mask(size: int, device: torch.device | str | None = None, start: int = 0) -> Tensor:
-    """c[t, s] = s <= start + t: a (size, start + size) bool lower triangle, the causal mask.
-    start > 0 gives the rows of `size` new positions after `start` kept ones (a decoder cache)."""
+    """c[t, s] = s <= start + t: a (size, start + size) bool lower triangle, the causal
+    mask. start > 0 gives the rows of `size` new positions after `start` kept ones (a
+    decoder cache)."""
     if type(size) is not int or size < 1:  # an int, not a bool
         raise ValueError(f"causal_mask needs a positive integer size, got {size!r}")
     if type(start) is not int or start < 0:
@@ -46,7 +48,10 @@ def causal_mask(size: int, device: torch.device | str | None = None, start: int 
 # %% ../../notebooks/04_masking.ipynb #42b740e1
 def cross_mask(tgt: Tensor, src: Tensor, pad_id: int) -> Tensor:
     """Real target queries AND real source keys, the cross mask: (batch, 1, T, S) bool."""
-    query, key = padding_mask(tgt, pad_id), padding_mask(src, pad_id)  # (batch, T), (batch, S)
+    query, key = (
+        padding_mask(tgt, pad_id),
+        padding_mask(src, pad_id),
+    )  # (batch, T), (batch, S)
     if query.size(0) != key.size(0):
         raise ValueError(
             f"tgt and src must hold the same number of sentences, got batch sizes "
@@ -67,7 +72,8 @@ def decoder_mask(tgt: Tensor, pad_id: int) -> Tensor:
 
 # %% ../../notebooks/04_masking.ipynb #07c42722
 def additive_mask(mask: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
-    """0 where mask is True, -inf where it is False, to add to the scores; same shape as mask."""
+    """0 where mask is True, -inf where it is False, to add to the scores; same shape as
+    mask."""
     if not isinstance(mask, Tensor) or mask.dtype != torch.bool:
         got = mask.dtype if isinstance(mask, Tensor) else type(mask).__name__
         raise TypeError(f"additive_mask takes a boolean mask (True = may attend), got {got}")

@@ -26,13 +26,12 @@ from .tokenizer import PAD_ID
 
 @dataclass
 class TransformerConfig(StackConfig):
-    """Chapter 8's StackConfig (the sizes, the three dropouts and norm_first; the paper's base
-    model by default, keyword-only) and the vocabularies and embeddings.
+    """Chapter 8's StackConfig (the sizes, the three dropouts and norm_first; the
+    paper's base model by default, keyword-only) and the vocabularies and embeddings.
 
-    max_len bounds the source and target lengths. share_embeddings=True uses one table for
-    source and target (one shared vocabulary); the pre-softmax projection is always tied to the
-    target table (paper section 3.4).
-    """
+    max_len bounds the source and target lengths. share_embeddings=True uses one table
+    for source and target (one shared vocabulary); the pre-softmax projection is always
+    tied to the target table (paper section 3.4)."""
 
     src_vocab_size: int
     tgt_vocab_size: int
@@ -40,7 +39,12 @@ class TransformerConfig(StackConfig):
     pad_id: int = PAD_ID
     share_embeddings: bool = True
 
-    positive_ints = (*StackConfig.positive_ints, "src_vocab_size", "tgt_vocab_size", "max_len")
+    positive_ints = (
+        *StackConfig.positive_ints,
+        "src_vocab_size",
+        "tgt_vocab_size",
+        "max_len",
+    )
 
     def __post_init__(self):
         super().__post_init__()  # every positive_ints size, the dropouts
@@ -57,8 +61,9 @@ class TransformerConfig(StackConfig):
 def check_input_ids(
     name: str, ids: Tensor, vocab_size: int, max_len: int, start: int = 0, values=True
 ):
-    """A clear error unless ids is a (batch, seq) tensor that fits max_len after `start` earlier
-    positions; with `values`, also unless every id lies in [0, vocab_size) (reads the ids)."""
+    """A clear error unless ids is a (batch, seq) tensor that fits max_len after `start`
+    earlier positions; with `values`, also unless every id lies in [0, vocab_size)
+    (reads the ids)."""
     if not isinstance(ids, Tensor) or ids.dim() != 2:
         got = tuple(ids.shape) if isinstance(ids, Tensor) else type(ids).__name__
         raise ValueError(
@@ -96,7 +101,8 @@ def check_memory(tgt_in: Tensor, memory: Tensor, src: Tensor, d_model: int) -> N
 
 
 def check_cache(cache: DecoderCache, n_layers: int, tgt_in: Tensor) -> None:
-    """A clear error unless the cache is new, or was filled by this model for this batch."""
+    """A clear error unless the cache is new, or was filled by this model for this
+    batch."""
     if cache.layers and len(cache.layers) != n_layers:
         raise ValueError(
             f"the cache holds {len(cache.layers)} layers but this decoder has {n_layers}; "
@@ -114,7 +120,8 @@ def check_cache(cache: DecoderCache, n_layers: int, tgt_in: Tensor) -> None:
 def check_decode_inputs(
     c: TransformerConfig, tgt_in: Tensor, memory, src: Tensor, cache, values: bool
 ) -> None:
-    """What decode checks: the target's ids, the source's shape, the memory and the cache."""
+    """What decode checks: the target's ids, the source's shape, the memory and the
+    cache."""
     start = 0 if cache is None else cache.length
     check_input_ids("target", tgt_in, c.tgt_vocab_size, c.max_len, start, values=values)
     check_input_ids("source", src, c.src_vocab_size, c.max_len, values=False)  # its shape
@@ -124,8 +131,9 @@ def check_decode_inputs(
 
 
 def xavier_init(*stacks: nn.Module) -> None:
-    """Xavier-uniform on every matrix of the stacks, as nn.Transformer does; vectors keep their
-    layer's init (attention biases 0, FFN biases U(+-1/sqrt(fan_in)), LayerNorm 1 and 0)."""
+    """Xavier-uniform on every matrix of the stacks, as nn.Transformer does; vectors
+    keep their layer's init (attention biases 0, FFN biases U(+-1/sqrt(fan_in)),
+    LayerNorm 1 and 0)."""
     for stack in stacks:
         for p in stack.parameters():
             if p.dim() > 1:
@@ -134,18 +142,21 @@ def xavier_init(*stacks: nn.Module) -> None:
 
 # %% ../../notebooks/10_transformer.ipynb #52920b60
 class Transformer(nn.Module):
-    """The encoder-decoder Transformer of the paper's figure 1, from ids to next-token logits.
+    """The encoder-decoder Transformer of the paper's figure 1, from ids to next-token
+    logits.
 
-    forward(src (batch, S), tgt_in (batch, T)) -> logits (batch, T, tgt_vocab_size); the padding
-    masks come from config.pad_id. The pre-softmax projection is the target embedding table.
-    """
+    forward(src (batch, S), tgt_in (batch, T)) -> logits (batch, T, tgt_vocab_size); the
+    padding masks come from config.pad_id. The pre-softmax projection is the target
+    embedding table."""
 
-    check_ids = True  # False: the caller vouches for its ids (chapter 12 checks its batches once)
+    # False: the caller vouches for its ids (chapter 12 checks its batches once)
+    check_ids = True
 
     def __init__(self, config: TransformerConfig):
         super().__init__()
         c = self.config = config
-        # token tables start as N(0, 1/d_model) (chapter 2); the positions are a fixed buffer
+        # token tables start as N(0, 1/d_model) (chapter 2); the positions are a fixed
+        # buffer
         self.src_embed = TransformerEmbedding(c.src_vocab_size, c.d_model, c.max_len, c.dropout)
         self.tgt_embed = (
             self.src_embed
@@ -165,10 +176,15 @@ class Transformer(nn.Module):
         return self._encode(src)
 
     def decode(
-        self, tgt_in: Tensor, memory: Tensor, src: Tensor, cache: DecoderCache | None = None
+        self,
+        tgt_in: Tensor,
+        memory: Tensor,
+        src: Tensor,
+        cache: DecoderCache | None = None,
     ) -> Tensor:  # (batch, T) -> logits (batch, T, tgt_vocab_size)
-        """Logits H E^T for the next token at each target position. With a cache,
-        tgt_in holds only the new positions; the earlier ones were kept by the previous calls."""
+        """Logits H E^T for the next token at each target position. With a cache, tgt_in
+        holds only the new positions; the earlier ones were kept by the previous calls.
+        """
         check_decode_inputs(self.config, tgt_in, memory, src, cache, values=self.check_ids)
         return self._decode(tgt_in, memory, src, cache)
 
@@ -183,12 +199,16 @@ class Transformer(nn.Module):
         return self.encoder(self.src_embed(src), encoder_mask(src, self.config.pad_id))
 
     def _decode(
-        self, tgt_in: Tensor, memory: Tensor, src: Tensor, cache: DecoderCache | None = None
+        self,
+        tgt_in: Tensor,
+        memory: Tensor,
+        src: Tensor,
+        cache: DecoderCache | None = None,
     ) -> Tensor:
         start = 0 if cache is None else cache.length
         x_mask = padding_mask(src, self.config.pad_id)[:, None, None, :]  # (batch, 1, 1, S)
-        # all positions at once: the causal mask as a flag (chapter 5); step by step with a
-        # cache: the new positions see every kept one, and each other causally
+        # all positions at once: the causal mask as a flag (chapter 5); step by step
+        # with a cache: the new positions see every kept one, and each other causally
         self_mask = None if cache is None else causal_mask(tgt_in.size(1), src.device, start)
         y = self.tgt_embed(tgt_in, start)  # (batch, T, d_model)
         h = self.decoder(y, memory, self_mask, x_mask, cache, is_causal=cache is None)

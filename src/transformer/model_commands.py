@@ -25,7 +25,12 @@ def _load(args: argparse.Namespace) -> tuple[Transformer, Tokenizer, str, str]:
         shipped = load_pretrained(args.model, device)
         return shipped.model, shipped.tokenizer, *args.model.split("-")
     model, ckpt = load_model(checkpoint_paths(args.checkpoint, args.average), device)
-    return model, tokenizer_of(ckpt), ckpt["train_config"]["src"], ckpt["train_config"]["tgt"]
+    return (
+        model,
+        tokenizer_of(ckpt),
+        ckpt["train_config"]["src"],
+        ckpt["train_config"]["tgt"],
+    )
 
 
 def add_translate_parser(commands: argparse._SubParsersAction) -> None:
@@ -62,10 +67,14 @@ def add_evaluate_parser(commands: argparse._SubParsersAction) -> None:
         "the translations to a file, one per line.",
     )
     p.add_argument(
-        "--split", choices=list(SPLIT_SIZES), default="test_2016_flickr", help="the split to score"
+        "--split",
+        choices=list(SPLIT_SIZES),
+        default="test_2016_flickr",
+        help="the split to score",
     )
     p.add_argument(
-        "--hypotheses", help="file for the translations (default: SPLIT.SRC-TGT.hyp.txt here)"
+        "--hypotheses",
+        help="file for the translations (default: SPLIT.SRC-TGT.hyp.txt here)",
     )
     add_checkpoint_arguments(p, average=1)
 

@@ -40,13 +40,13 @@ def attend(
     dropout_p: float,
     need_weights: bool,
 ) -> tuple[Tensor, Tensor | None]:
-    """softmax(Q K^T / sqrt(d_head)) V (chapter 3) for every head: q (batch, h, T, d_head), k and v
-    (batch, h, S, d_head) -> out (batch, h, T, d_head), and the weights (batch, h, T, S) or None.
+    """softmax(Q K^T / sqrt(d_head)) V (chapter 3) for every head: q (batch, h, T,
+    d_head), k and v (batch, h, S, d_head) -> out (batch, h, T, d_head), and the weights
+    (batch, h, T, S) or None.
 
-    need_weights: chapter 3's explicit path. Otherwise PyTorch's fused kernel, which never stores
-    the weights; is_causal hands it the causal mask as a flag instead of a tensor. Queries with
-    no key to attend to give zeros in both paths (chapter 4).
-    """
+    need_weights: chapter 3's explicit path. Otherwise PyTorch's fused kernel, which
+    never stores the weights; is_causal hands it the causal mask as a flag instead of a
+    tensor. Queries with no key to attend to give zeros in both paths (chapter 4)."""
     if need_weights:
         if is_causal:
             mask = causal_mask(q.size(-2), q.device)  # (T, T)
@@ -72,29 +72,43 @@ class KVCache:
     v: Tensor | None = None
 
     def select(self, rows: Tensor) -> None:
-        """Keep only `rows` of the batch, in that order (beam search reorders its hypotheses)."""
+        """Keep only `rows` of the batch, in that order (beam search reorders its
+        hypotheses)."""
         if self.k is not None:
             self.k, self.v = self.k[rows], self.v[rows]
 
 
 # %% ../../notebooks/05_multihead.ipynb #97cb33a6
 class MultiHeadAttention(nn.Module):
-    """MultiHead = Concat(head_1..head_h) W^O, head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V).
+    """MultiHead = Concat(head_1..head_h) W^O, head_i = Attention(Q W_i^Q, K W_i^K, V
+    W_i^V).
 
-    As in the paper's section 3.2.2, except that `d_head` (by default d_model // n_heads) may be
-    any size, e.g. d_model=300 with 8 heads of 64. Masks are boolean, True = may attend.
-    """
+    As in the paper's section 3.2.2, except that `d_head` (by default d_model //
+    n_heads) may be any size, e.g. d_model=300 with 8 heads of 64. Masks are boolean,
+    True = may attend."""
 
-    def __init__(self, d_model: int, n_heads: int, d_head: int | None = None, dropout: float = 0.0):
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        d_head: int | None = None,
+        dropout: float = 0.0,
+    ):
         super().__init__()
         d_head = head_size(d_model, n_heads, d_head)
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must lie in [0, 1), got {dropout}")
-        self.d_model, self.n_heads, self.d_head, self.dropout = d_model, n_heads, d_head, dropout
+        self.d_model, self.n_heads, self.d_head, self.dropout = (
+            d_model,
+            n_heads,
+            d_head,
+            dropout,
+        )
         self.inner = n_heads * d_head
         self.in_proj = nn.Linear(d_model, 3 * self.inner)  # W^Q, W^K, W^V stacked, in that order
         self.out_proj = nn.Linear(self.inner, d_model)  # W^O
-        # as nn.MultiheadAttention: xavier_uniform_ on the stacked Q/K/V weight, zero biases
+        # as nn.MultiheadAttention: xavier_uniform_ on the stacked Q/K/V weight, zero
+        # biases
         nn.init.xavier_uniform_(self.in_proj.weight)
         nn.init.zeros_(self.in_proj.bias)
         nn.init.zeros_(self.out_proj.bias)
@@ -103,7 +117,8 @@ class MultiHeadAttention(nn.Module):
         return t.view(*t.shape[:2], self.n_heads, self.d_head).transpose(1, 2)  # (b, h, seq, d)
 
     def _project(self, x: Tensor, memory: Tensor | None, cache: KVCache | None):
-        """Q from x, and K, V from x (self-attention) or the memory: (batch, T or S, h d_head)."""
+        """Q from x, and K, V from x (self-attention) or the memory: (batch, T or S, h
+        d_head)."""
         kept = cache is not None and cache.k is not None  # keys and values of earlier steps
         if memory is None:  # self-attention: one fused product
             q, k, v = self.in_proj(x).split(self.inner, dim=-1)  # (batch, T, inner) each
@@ -131,14 +146,15 @@ class MultiHeadAttention(nn.Module):
         cache: KVCache | None = None,
         is_causal: bool = False,
     ) -> Tensor | tuple[Tensor, Tensor]:
-        """x (batch, T, d_model); memory (batch, S, d_model) for cross-attention, else S = T.
+        """x (batch, T, d_model); memory (batch, S, d_model) for cross-attention, else S
+        = T.
 
-        mask: bool, broadcastable to (batch, n_heads, T, S), True = may attend. is_causal=True
-        instead, for self-attention without mask or cache: position t attends to positions <= t.
-        Returns the output (batch, T, d_model), and the weights (batch, n_heads, T, S) if
-        need_weights. cache: a KVCache kept between decoding steps; self-attention appends this
-        call's keys and values to it, cross-attention projects the memory once and reuses it.
-        """
+        mask: bool, broadcastable to (batch, n_heads, T, S), True = may attend.
+        is_causal=True instead, for self-attention without mask or cache: position t
+        attends to positions <= t. Returns the output (batch, T, d_model), and the
+        weights (batch, n_heads, T, S) if need_weights. cache: a KVCache kept between
+        decoding steps; self-attention appends this call's keys and values to it,
+        cross-attention projects the memory once and reuses it."""
         q, k, v = self._project(x, memory, cache)  # (batch, T or S, h d_head) each
         q, k, v = map(self._split_heads, (q, k, v))  # (batch, h, T or S, d_head) each
         dropout_p = self.dropout if self.training else 0.0

@@ -12,11 +12,11 @@ from torch import Tensor, nn
 
 
 class LayerNorm(nn.Module):
-    """LN(x) = gamma * (x - mu) / sqrt(sigma^2 + eps) + beta, mu and sigma^2 over the last axis.
+    """LN(x) = gamma * (x - mu) / sqrt(sigma^2 + eps) + beta, mu and sigma^2 over the
+    last axis.
 
-    Computed by the fused F.layer_norm, in at least float32, so bf16/fp16 activations under
-    autocast keep their precision; the result has the input's dtype.
-    """
+    Computed by the fused F.layer_norm, in at least float32, so bf16/fp16 activations
+    under autocast keep their precision; the result has the input's dtype."""
 
     def __init__(self, d_model: int, eps: float = 1e-5):
         super().__init__()
@@ -26,7 +26,10 @@ class LayerNorm(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:  # (..., d_model)
         h = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
-        gamma, beta = self.weight.to(h.dtype), self.bias.to(h.dtype)  # also for a bf16 module
+        gamma, beta = (
+            self.weight.to(h.dtype),
+            self.bias.to(h.dtype),
+        )  # also for a bf16 module
         return F.layer_norm(h, (self.d_model,), gamma, beta, self.eps).to(x.dtype)  # (..., d_model)
 
 

@@ -29,7 +29,13 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor
 
 from .data import atomic_write
-from .evaluation import Decoding, evaluate_split, load_model, tokenizer_of, translate
+from transformer.evaluation import (
+    Decoding,
+    evaluate_split,
+    load_model,
+    tokenizer_of,
+    translate,
+)
 from .model import Transformer, TransformerConfig
 from .scoring import checkpoint_paths
 from .tokenizer import Tokenizer
@@ -41,9 +47,9 @@ CHECK_SENTENCES = 200  # the first val sentences whose BLEU ship stores and the 
 
 # %% ../../notebooks/15_gpu_training.ipynb #92ea931b
 def pack_weights(model: Transformer) -> dict[str, Tensor]:
-    """The model's parameters, small: each matrix as int8 codes q = round(w / s) with one float16
-    scale s = max |w_row| / 127 per row ("NAME:scale"), each vector as float16. A tied matrix is
-    stored once, under its first name."""
+    """The model's parameters, small: each matrix as int8 codes q = round(w / s) with
+    one float16 scale s = max |w_row| / 127 per row ("NAME:scale"), each vector as
+    float16. A tied matrix is stored once, under its first name."""
     packed = {}
     for name, w in model.named_parameters():  # tied parameters come once
         w = w.detach().float().cpu()
@@ -72,7 +78,8 @@ def sha256(path: str | Path) -> str:
 
 
 def verified(path: Path, expected: str) -> Path:
-    """`path`, once its SHA-256 sum is `expected`; else an error naming the file and the sum."""
+    """`path`, once its SHA-256 sum is `expected`; else an error naming the file and the
+    sum."""
     if not path.is_file():
         raise FileNotFoundError(f"{path} is missing (expected SHA-256 {expected})")
     if (actual := sha256(path)) != expected:
@@ -98,7 +105,8 @@ class Pretrained:
         return translate(self.model, self.tokenizer, sentences, self.decoding)
 
     def check_bleu(self) -> float:
-        """Lowercased sacreBLEU on the first CHECK_SENTENCES of val, with the shipped settings."""
+        """Lowercased sacreBLEU on the first CHECK_SENTENCES of val, with the shipped
+        settings."""
         src, tgt = self.direction.split("-")
         scored = evaluate_split(
             self.model, self.tokenizer, "val", src, tgt, self.decoding, CHECK_SENTENCES
@@ -116,8 +124,8 @@ def read_manifest(root: str | Path = WEIGHTS) -> dict:
 
 
 def model_of(config: dict, weights: dict[str, Tensor], source: str) -> Transformer:
-    """The Transformer that `config` describes, in eval mode, with `weights` (one tensor per
-    parameter name, of its shape; else an error naming `source`)."""
+    """The Transformer that `config` describes, in eval mode, with `weights` (one tensor
+    per parameter name, of its shape; else an error naming `source`)."""
     model = Transformer(TransformerConfig(**config))
     expected = {name: tuple(p.shape) for name, p in model.named_parameters()}
     if {name: tuple(w.shape) for name, w in weights.items()} != expected:
@@ -129,9 +137,12 @@ def model_of(config: dict, weights: dict[str, Tensor], source: str) -> Transform
 
 
 def load_pretrained(
-    direction: str = "en-de", device: str | torch.device = "cpu", root: str | Path = WEIGHTS
+    direction: str = "en-de",
+    device: str | torch.device = "cpu",
+    root: str | Path = WEIGHTS,
 ) -> Pretrained:
-    """The translator shipped for `direction` ("en-de" or "de-en"), every file checked first."""
+    """The translator shipped for `direction` ("en-de" or "de-en"), every file checked
+    first."""
     manifest, root = read_manifest(root), Path(root)
     if direction not in manifest:
         raise ValueError(f"no model shipped for {direction!r}; shipped: {', '.join(manifest)}")
@@ -149,16 +160,20 @@ def ship(
     decoding: Decoding = Decoding(),
     out: str | Path = WEIGHTS,
 ) -> dict:
-    """Store the average of a run's last `decoding.average` checkpoints in `out` for the package
-    to ship: DIRECTION.safetensors (pack_weights), the run's SentencePiece model, and the
-    direction's manifest entry: both files' SHA-256, the model config, the decoding, and the
-    shipped model's BLEU on the first CHECK_SENTENCES of val (Pretrained.check_bleu)."""
+    """Store the average of a run's last `decoding.average` checkpoints in `out` for the
+    package to ship: DIRECTION.safetensors (pack_weights), the run's SentencePiece
+    model, and the direction's manifest entry: both files' SHA-256, the model config,
+    the decoding, and the shipped model's BLEU on the first CHECK_SENTENCES of val
+    (Pretrained.check_bleu)."""
     model, ckpt = load_model(checkpoint_paths(run_dir, decoding.average))
     direction = f"{ckpt['train_config']['src']}-{ckpt['train_config']['tgt']}"
     config, packed = ckpt["model_config"], pack_weights(model)
     tokenizer, out = tokenizer_of(ckpt), Path(out)
     shipped = Pretrained(
-        direction, model_of(config, unpack_weights(packed), run_dir), tokenizer, decoding
+        direction,
+        model_of(config, unpack_weights(packed), run_dir),
+        tokenizer,
+        decoding,
     )
 
     def save(tmp: Path) -> None:
@@ -174,7 +189,11 @@ def ship(
         "tokenizer_sha256": sha256(spm_model),
         "model_config": config,
         "decoding": asdict(decoding),
-        "check": {"split": "val", "sentences": CHECK_SENTENCES, "bleu_lc": shipped.check_bleu()},
+        "check": {
+            "split": "val",
+            "sentences": CHECK_SENTENCES,
+            "bleu_lc": shipped.check_bleu(),
+        },
         "steps": ckpt["step"],
         "trained_on": ckpt["device"],
     }

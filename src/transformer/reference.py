@@ -11,13 +11,14 @@ SUBLAYERS = {  # our Residual wrappers, in the order of PyTorch's norm1, norm2, 
 
 
 def torch_name(name: str, part: str = "encoder") -> str:
-    """Our parameter name -> PyTorch's, in nn.TransformerEncoder(Layer) for part="encoder" or
-    nn.TransformerDecoder(Layer) for part="decoder" (chapter 9), and so in nn.Transformer.
+    """Our parameter name -> PyTorch's, in nn.TransformerEncoder(Layer) for
+    part="encoder" or nn.TransformerDecoder(Layer) for part="decoder" (chapter 9), and
+    so in nn.Transformer.
 
-    The Residual wrappers' norms become norm1, norm2 (norm3) in sublayer order, `in_proj.`
-    becomes `in_proj_`, `cross_attn` becomes `multihead_attn`, and `feed_forward.` goes; stack
-    prefixes (`layers.i.`, `encoder.`) and a pre-LN stack's final `norm` keep their names.
-    """
+    The Residual wrappers' norms become norm1, norm2 (norm3) in sublayer order,
+    `in_proj.` becomes `in_proj_`, `cross_attn` becomes `multihead_attn`, and
+    `feed_forward.` goes; stack prefixes (`layers.i.`, `encoder.`) and a pre-LN stack's
+    final `norm` keep their names."""
     for i, residual in enumerate(SUBLAYERS[part], start=1):
         name = name.replace(f"{residual}.norm.", f"norm{i}.")
     name = name.replace("in_proj.", "in_proj_").replace("cross_attn.", "multihead_attn.")

@@ -43,16 +43,19 @@ REQUIRED_KEYS = (
 
 
 def provenance(command: Sequence[str]) -> dict:
-    """How a result was produced: torch version, git commit (of this package's repository) and
-    the exact command; `dirty` says whether tracked files differed from the commit. Without git
-    (a GPU machine) both come from $TRANSFORMER_COMMIT and $TRANSFORMER_DIRTY, which
-    `benchmarks/gpu_session.sh pack` notes down where git is; else the commit is "unknown" and
-    counts as dirty."""
+    """How a result was produced: torch version, git commit (of this package's
+    repository) and the exact command; `dirty` says whether tracked files differed from
+    the commit. Without git (a GPU machine) both come from $TRANSFORMER_COMMIT and
+    $TRANSFORMER_DIRTY, which `benchmarks/gpu_session.sh pack` notes down where git is;
+    else the commit is "unknown" and counts as dirty."""
 
     def git(*args: str) -> str:
         try:
             done = subprocess.run(
-                ["git", *args], capture_output=True, text=True, cwd=Path(__file__).parent
+                ["git", *args],
+                capture_output=True,
+                text=True,
+                cwd=Path(__file__).parent,
             )
         except OSError:  # no git on this machine
             return ""
@@ -87,8 +90,9 @@ def missing_keys(result: dict) -> list[str]:
 
 
 def write_result(result: dict, path: str | Path) -> Path:
-    """Check the keys, then write the JSON atomically (chapter 12's atomic_write), compact: the
-    attention of a record is most of it, hundreds of thousands of weights."""
+    """Check the keys, then write the JSON atomically (chapter 12's atomic_write),
+    compact: the attention of a record is most of it, hundreds of thousands of
+    weights."""
     if missing := missing_keys(result):
         raise ValueError(f"the result lacks {', '.join(missing)}; nothing was written")
     text = json.dumps(result, ensure_ascii=False, separators=(",", ":")) + "\n"
@@ -96,7 +100,8 @@ def write_result(result: dict, path: str | Path) -> Path:
 
 
 def load_results(folder: str | Path = "results") -> list[dict]:
-    """Every run recorded in `folder`/*.json (not benchmarks.json), each checked for its keys."""
+    """Every run recorded in `folder`/*.json (not benchmarks.json), each checked for its
+    keys."""
     results = []
     for path in sorted(Path(folder).glob("*.json")):
         if path.name == "benchmarks.json":
@@ -109,6 +114,7 @@ def load_results(folder: str | Path = "results") -> list[dict]:
 
 
 def train_command(cfg: dict) -> str:
-    """The `python -m transformer train` command line that trains a run with this TrainConfig
-    (as a dict) from its start: chapter 12's train_argv, without --resume."""
+    """The `python -m transformer train` command line that trains a run with this
+    TrainConfig (as a dict) from its start: chapter 12's train_argv, without --resume.
+    """
     return " ".join(["python -m transformer train", *train_argv({**cfg, "resume": False})])

@@ -36,7 +36,8 @@ from .training import PRESETS, make_optimizer
 # %% ../../notebooks/12_training_loop.ipynb #d6c801ce
 @dataclass
 class Run:
-    """Everything one training run holds: its settings, data, model, optimizer and position."""
+    """Everything one training run holds: its settings, data, model, optimizer and
+    position."""
 
     cfg: TrainConfig
     rank: int
@@ -81,7 +82,8 @@ def check_fresh(out: Path) -> None:
 
 
 def model_config(cfg: TrainConfig, vocab_size: int) -> TransformerConfig:
-    """The model of cfg: the preset's sizes with cfg's own, cfg's dropouts, a shared vocabulary."""
+    """The model of cfg: the preset's sizes with cfg's own, cfg's dropouts, a shared
+    vocabulary."""
     dropouts = dict(
         dropout=cfg.dropout,
         attention_dropout=cfg.attention_dropout,
@@ -91,21 +93,33 @@ def model_config(cfg: TrainConfig, vocab_size: int) -> TransformerConfig:
 
 
 def load_buckets(
-    cfg: TrainConfig, tokenizer: Tokenizer, max_len: int, device, rank: int, world_size: int
+    cfg: TrainConfig,
+    tokenizer: Tokenizer,
+    max_len: int,
+    device,
+    rank: int,
+    world_size: int,
 ) -> tuple[Buckets, Buckets]:
     """This rank's share of the training pairs, and all validation pairs, on the device."""
     budget = cfg.token_budget or PRESETS[cfg.preset].token_budget
     pairs = {s: load_pairs(s, cfg.src, cfg.tgt, max_len, tokenizer) for s in ("train", "val")}
     V = tokenizer.vocab_size
     train = Buckets(
-        pairs["train"], budget, device, V, seed=cfg.seed, rank=rank, world_size=world_size
+        pairs["train"],
+        budget,
+        device,
+        V,
+        seed=cfg.seed,
+        rank=rank,
+        world_size=world_size,
     )
     return train, Buckets(pairs["val"], budget, device, V, shuffle=False)
 
 
 def wrap(model: Transformer, cfg: TrainConfig, world_size: int) -> nn.Module:
-    """What the steps call: the model, in DistributedDataParallel under torchrun, and compiled
-    (one graph per batch shape) if cfg says so; both share the model's weights."""
+    """What the steps call: the model, in DistributedDataParallel under torchrun, and
+    compiled (one graph per batch shape) if cfg says so; both share the model's weights.
+    """
     wrapped = DistributedDataParallel(model) if world_size > 1 else model
     if cfg.compile:
         mode = "reduce-overhead" if cfg.cuda_graphs else None
@@ -118,7 +132,8 @@ def start_run(
     cfg: TrainConfig, rank: int = 0, world_size: int = 1, device="cpu", started=None
 ) -> Run:
     """Load the data, build the model and optimizer of `cfg`, and resume them if asked.
-    `started`: the perf_counter() reading the run's wall clock counts from (default: now)."""
+    `started`: the perf_counter() reading the run's wall clock counts from (default:
+    now)."""
     if not cfg.resume:
         check_fresh(Path(cfg.out))
     tokenizer = multi30k_tokenizer(cfg.vocab_size, (cfg.src, cfg.tgt))  # the pair's vocabulary
@@ -152,8 +167,8 @@ def start_run(
 
 # %% ../../notebooks/12_training_loop.ipynb #7cac52b1
 def resume(run: Run) -> None:
-    """Load the run's checkpoint (latest.pt, or the newest one that loads) into `run`: weights,
-    optimizer, schedule, data position, random state."""
+    """Load the run's checkpoint (latest.pt, or the newest one that loads) into `run`:
+    weights, optimizer, schedule, data position, random state."""
     ckpt, _ = checkpoints.load_resumable(run.out)
     checkpoints.check_config(ckpt["model_config"], asdict(run.model_cfg), "model")
     data_fields = ("src", "tgt", "seed", "token_budget", "vocab_size")

@@ -50,8 +50,9 @@ def add_train_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def run_train(args: argparse.Namespace) -> int:
-    """Build the TrainConfig (its checks become argparse errors) and train. The exit status is 0,
-    or 130 after SIGINT and 143 after SIGTERM (the run saved where it stopped)."""
+    """Build the TrainConfig (its checks become argparse errors) and train. The exit
+    status is 0, or 130 after SIGINT and 143 after SIGTERM (the run saved where it
+    stopped)."""
     names = {f.name for f in fields(TrainConfig)}
     try:
         cfg = TrainConfig(**{k: v for k, v in vars(args).items() if k in names})
@@ -143,7 +144,9 @@ def add_search_parser(commands: argparse._SubParsersAction) -> None:
     )
     p.add_argument("grid", help="the grid: JSON with base, trials and decoding")
     p.add_argument(
-        "--out", required=True, help="JSON-lines file of records, e.g. results/trials.jsonl"
+        "--out",
+        required=True,
+        help="JSON-lines file of records, e.g. results/trials.jsonl",
     )
     p.add_argument("--runs", default="runs/search", help="folder for the trials' run folders")
     p.add_argument(

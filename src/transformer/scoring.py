@@ -30,8 +30,8 @@ from .tokenizer import Tokenizer
 
 
 def checkpoint_paths(path: str | Path, average: int = 1) -> list[Path]:
-    """The checkpoints to score: the file `path`, or the last `average` step checkpoints of the
-    run folder `path` (the paper averages the last 5)."""
+    """The checkpoints to score: the file `path`, or the last `average` step checkpoints
+    of the run folder `path` (the paper averages the last 5)."""
     path = Path(path)
     if average < 1:
         raise ValueError(f"average must be at least 1, got {average}")
@@ -51,8 +51,8 @@ def checkpoint_paths(path: str | Path, average: int = 1) -> list[Path]:
 
 
 def logged_curves(run_dir: str | Path, last_step: int) -> tuple[dict, float]:
-    """The training and validation curves of the run's metrics.jsonl up to `last_step`, and the
-    median of its logged tokens/s."""
+    """The training and validation curves of the run's metrics.jsonl up to `last_step`,
+    and the median of its logged tokens/s."""
     lines = (Path(run_dir) / "metrics.jsonl").read_text().splitlines()
     logged = [r for r in map(json.loads, lines) if r["step"] <= last_step]
     train_log = [r for r in logged if "loss" in r]
@@ -77,7 +77,8 @@ def score_splits(
     max_sentences: int | None,
     splits: Sequence[str] = ("val", "test_2016_flickr"),
 ) -> dict:
-    """Each split's SplitResult, by name: translated and scored by chapter 14's evaluate_split."""
+    """Each split's SplitResult, by name: translated and scored by chapter 14's
+    evaluate_split."""
     return {
         split: evaluate_split(model, tokenizer, split, src, tgt, decoding, max_sentences)
         for split in splits
@@ -85,7 +86,8 @@ def score_splits(
 
 
 def bleu_entry(scored) -> dict:
-    """What a record keeps of a split's score: sacreBLEU cased and lowercased, and signatures."""
+    """What a record keeps of a split's score: sacreBLEU cased and lowercased, and
+    signatures."""
     b = scored.bleu
     return {
         "sacrebleu_cased": round(b.cased.score, 2),
@@ -96,17 +98,19 @@ def bleu_entry(scored) -> dict:
 
 
 # %% ../../notebooks/15_gpu_training.ipynb #5a71f2f1
-# test_2016_flickr sentences whose attention every record keeps: a short one; one where a pronoun
-# must find its noun ("her" is the girl's, not the boy's; German: "ihrem"); the longest (33
-# pieces, with another "her"); and the other nine of the first ten, the samples of the record
+# test_2016_flickr sentences whose attention every record keeps: a short one; one where
+# a pronoun must find its noun ("her" is the girl's, not the boy's; German: "ihrem");
+# the longest (33 pieces, with another "her"); and the other nine of the first ten, the
+# samples of the record
 ATTENTION_SENTENCES = (8, 444, 65, 0, 1, 2, 3, 4, 5, 6, 7, 9)
 
 
 def attention_record(
     model, tokenizer: Tokenizer, sources: Sequence[str], decoding: Decoding
 ) -> list[dict]:
-    """For each source sentence: its pieces, the pieces of the model's beam-search translation,
-    and every layer's and head's attention on them (chapter 14's attention_maps), to 3 decimals."""
+    """For each source sentence: its pieces, the pieces of the model's beam-search
+    translation, and every layer's and head's attention on them (chapter 14's
+    attention_maps), to 3 decimals."""
     device = next(model.parameters()).device
     kept = []
     for sentence in sources:
@@ -133,8 +137,9 @@ def record_run(
     device: str | torch.device = "cpu",
     max_sentences: int | None = None,
 ) -> dict:
-    """Score a finished run (train -> average the last checkpoints -> beam search -> sacreBLEU on
-    val and test_2016_flickr) and gather the record that write_result stores."""
+    """Score a finished run (train -> average the last checkpoints -> beam search ->
+    sacreBLEU on val and test_2016_flickr) and gather the record that write_result
+    stores."""
     model, ckpt = load_model(checkpoint_paths(run_dir, decoding.average), device)
     train_cfg, tokenizer = ckpt["train_config"], tokenizer_of(ckpt)
     src, tgt = train_cfg["src"], train_cfg["tgt"]
@@ -157,7 +162,8 @@ def record_run(
             "model": ckpt["model_config"],
             "decoding": {
                 **asdict(decoding),
-                "max_sentences": max_sentences,  # None: every sentence; else a smoke run
+                # None: every sentence; else a smoke run
+                "max_sentences": max_sentences,
             },
         },
         "steps": ckpt["step"],

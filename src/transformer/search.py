@@ -38,8 +38,8 @@ GRID_KEYS = {"base", "trials", "decoding"}  # "trials" is required
 
 def read_grid(path: str | Path, runs: str | Path) -> tuple[dict, dict, list[Decoding]]:
     """(TrainConfig per trial, each trial's changes, the Decodings) of a grid file, all
-    checked before anything runs. Trial NAME trains into `runs`/NAME; a decoding's missing
-    fields take Decoding's defaults, the paper's."""
+    checked before anything runs. Trial NAME trains into `runs`/NAME; a decoding's
+    missing fields take Decoding's defaults, the paper's."""
     grid = json.loads(Path(path).read_text())
     if not isinstance(grid, dict) or not {"trials"} <= set(grid) <= GRID_KEYS:
         raise ValueError(f"{path}: a grid is an object with trials, and maybe base and decoding")
@@ -60,7 +60,8 @@ def read_grid(path: str | Path, runs: str | Path) -> tuple[dict, dict, list[Deco
 
 
 def read_trials(path: str | Path) -> list[dict]:
-    """The trial records of a JSON-lines file, oldest first ([] if there is no file yet)."""
+    """The trial records of a JSON-lines file, oldest first ([] if there is no file
+    yet)."""
     path = Path(path)
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
@@ -73,7 +74,8 @@ def add_trials(path: str | Path, records: list[dict]) -> None:
 
 # %% ../../notebooks/15_gpu_training.ipynb #54273bca
 def score_trial(cfg: TrainConfig, decoding: Decoding, device, max_sentences: int | None) -> dict:
-    """Val BLEU of a finished trial under one decoding setting, with what its checkpoint says."""
+    """Val BLEU of a finished trial under one decoding setting, with what its checkpoint
+    says."""
     model, ckpt = load_model(checkpoint_paths(cfg.out, decoding.average), device)
     started, tokenizer = time.perf_counter(), tokenizer_of(ckpt)
     (val,) = score_splits(
@@ -97,8 +99,8 @@ def run_trial(
     device: torch.device,
     max_sentences: int | None,
 ) -> list[dict]:
-    """Train one trial in a fresh `train` process, then score it once per decoding setting: one
-    record each, or one record with "failed" if training failed."""
+    """Train one trial in a fresh `train` process, then score it once per decoding
+    setting: one record each, or one record with "failed" if training failed."""
     if Path(cfg.out).exists():
         shutil.rmtree(cfg.out)  # a trial without a record starts again from nothing
     argv = [sys.executable, "-m", "transformer", "train", *train_argv(cfg)]

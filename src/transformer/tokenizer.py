@@ -54,7 +54,12 @@ class Tokenizer:
             raise FileNotFoundError(f"no tokenizer model at {path}; train one with Tokenizer.train")
         self.model_file = path
         self.sp = spm.SentencePieceProcessor(model_file=str(path))
-        specials = (self.sp.pad_id(), self.sp.unk_id(), self.sp.bos_id(), self.sp.eos_id())
+        specials = (
+            self.sp.pad_id(),
+            self.sp.unk_id(),
+            self.sp.bos_id(),
+            self.sp.eos_id(),
+        )
         if specials != (PAD_ID, UNK_ID, BOS_ID, EOS_ID):
             raise ValueError(f"{path} has special ids {specials}; this book needs (0, 1, 2, 3)")
 
@@ -88,7 +93,8 @@ class Tokenizer:
         return ids[0] if isinstance(text, str) else ids
 
     def decode(self, ids: Sequence[int] | Sequence[Sequence[int]]) -> str | list[str]:
-        """Text of one id sequence, or a list of texts for a batch. PAD/BOS/EOS are dropped."""
+        """Text of one id sequence, or a list of texts for a batch. PAD/BOS/EOS are
+        dropped."""
         ids = ids.tolist() if hasattr(ids, "tolist") else list(ids)
         batch = bool(ids) and not isinstance(ids[0], int)
         rows = [list(row) for row in ids] if batch else [ids]

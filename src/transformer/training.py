@@ -32,7 +32,8 @@ def label_smoothed_loss(
     pad_id: int = PAD_ID,
     reduction: str = "mean",
 ) -> Tensor:
-    """The label-smoothed loss: (1 - eps) NLL + eps mean_k(-log p_k), over the non-pad targets."""
+    """The label-smoothed loss: (1 - eps) NLL + eps mean_k(-log p_k), over the non-pad
+    targets."""
     if logits.shape[:-1] != target.shape:
         raise ValueError(f"logits {tuple(logits.shape)} do not match target {tuple(target.shape)}")
     return F.cross_entropy(
@@ -55,11 +56,13 @@ def noam_lr(step: int, d_model: int, warmup: int, factor: float = 1.0) -> float:
 def make_optimizer(
     model: nn.Module, d_model: int, warmup: int, factor: float = 1.0
 ) -> tuple[torch.optim.Adam, LambdaLR]:
-    """Fused Adam(0.9, 0.98, 1e-9) whose learning rate follows the Noam schedule step by step."""
+    """Fused Adam(0.9, 0.98, 1e-9) whose learning rate follows the Noam schedule step by
+    step."""
     optimizer = torch.optim.Adam(
         model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9, fused=True
     )
-    # LambdaLR multiplies lr=1.0 by the lambda; its count starts at 0, the schedule's at 1
+    # LambdaLR multiplies lr=1.0 by the lambda; its count starts at 0, the schedule's at
+    # 1
     scheduler = LambdaLR(optimizer, lambda i: noam_lr(i + 1, d_model, warmup, factor))
     return optimizer, scheduler
 
@@ -75,11 +78,13 @@ def train_step(
     autocast_dtype: torch.dtype | None = None,
     pad_id: int = PAD_ID,
 ) -> Tensor:
-    """One teacher-forced update; returns the loss as a 0-dim tensor on the device, unread.
+    """One teacher-forced update; returns the loss as a 0-dim tensor on the device,
+    unread.
 
-    A NaN or inf gradient (from a NaN or inf loss) skips the update on the device: the fused
-    optimizer reads `found_inf`, as it does under GradScaler, and leaves weights and moments as
-    they were. The host is never asked to wait: the caller reads the loss when it needs it."""
+    A NaN or inf gradient (from a NaN or inf loss) skips the update on the device: the
+    fused optimizer reads `found_inf`, as it does under GradScaler, and leaves weights
+    and moments as they were. The host is never asked to wait: the caller reads the loss
+    when it needs it."""
     model.train()
     with torch.autocast(
         batch.src.device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None

@@ -24,7 +24,12 @@ from .decoding import evaluating
 from .embeddings import TransformerEmbedding
 from .encoder import Encoder
 from .masks import causal_mask, encoder_mask
-from .model import TransformerConfig, check_cache, check_input_ids, xavier_init
+from transformer.model import (
+    TransformerConfig,
+    check_cache,
+    check_input_ids,
+    xavier_init,
+)
 from .normalization import LayerNorm
 from .tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from .training import label_smoothed_loss
@@ -32,7 +37,8 @@ from .training import label_smoothed_loss
 
 def lm_config(vocab_size: int, **sizes) -> TransformerConfig:
     """Chapter 10's TransformerConfig for a one-stack language model: one vocabulary, so
-    src_vocab_size = tgt_vocab_size = vocab_size. sizes: its other fields (d_model, ...)."""
+    src_vocab_size = tgt_vocab_size = vocab_size. sizes: its other fields (d_model,
+    ...)."""
     return TransformerConfig(vocab_size, vocab_size, **sizes)
 
 
@@ -60,9 +66,8 @@ class MaskedLM(nn.Module):
     """Encoder-only (BERT-style) masked language model: embeddings, Encoder, tied head.
 
     The embedding table has one extra row for [MASK]: mask_id = vocab_size. The head,
-    LayerNorm(GELU(h W + b)) E[:V]^T + c, is tied to the first vocab_size rows, so it never
-    predicts [MASK].
-    """
+    LayerNorm(GELU(h W + b)) E[:V]^T + c, is tied to the first vocab_size rows, so it
+    never predicts [MASK]."""
 
     def __init__(self, config: TransformerConfig):
         super().__init__()
@@ -101,9 +106,9 @@ def mask_tokens(
 ) -> tuple[Tensor, Tensor]:
     """Corrupt a batch by BERT's 80/10/10 recipe: (inputs, labels), both (batch, S).
 
-    Tokens with ids from FIRST_PIECE_ID up are chosen with probability mask_prob; labels hold
-    their original ids and pad_id everywhere else. Random replacements are real pieces.
-    """
+    Tokens with ids from FIRST_PIECE_ID up are chosen with probability mask_prob; labels
+    hold their original ids and pad_id everywhere else. Random replacements are real
+    pieces."""
     if not 0.0 < mask_prob < 1.0:
         raise ValueError(f"mask_prob must lie strictly between 0 and 1, got {mask_prob}")
     if vocab_size <= FIRST_PIECE_ID:
@@ -120,7 +125,8 @@ def mask_tokens(
 
 
 def mlm_loss(model: MaskedLM, inputs: Tensor, labels: Tensor, reduction: str = "mean") -> Tensor:
-    """The masked-LM loss: cross-entropy at the positions with a label (from mask_tokens)."""
+    """The masked-LM loss: cross-entropy at the positions with a label (from
+    mask_tokens)."""
     chosen = labels != model.config.pad_id  # (batch, S)
     if not chosen.any():
         raise ValueError("no position has a label; mask_tokens chose none, so use more tokens")
@@ -130,8 +136,8 @@ def mlm_loss(model: MaskedLM, inputs: Tensor, labels: Tensor, reduction: str = "
 
 # %% ../../notebooks/16_beyond.ipynb #bc9accc5
 class CausalLM(nn.Module):
-    """Decoder-only (GPT-style) language model: embeddings, a Decoder without cross-attention,
-    and the output projection tied to the embedding table."""
+    """Decoder-only (GPT-style) language model: embeddings, a Decoder without
+    cross-attention, and the output projection tied to the embedding table."""
 
     check_ids = True  # False: the caller vouches for its ids (generate, for the ids it chose)
 
@@ -144,14 +150,15 @@ class CausalLM(nn.Module):
         xavier_init(self.decoder)
 
     def forward(self, ids: Tensor, cache: DecoderCache | None = None) -> Tensor:
-        """ids (batch, T) -> next-token logits (batch, T, vocab_size). With a cache, ids holds
-        only the new positions; they see all kept ones, and each other causally."""
+        """ids (batch, T) -> next-token logits (batch, T, vocab_size). With a cache, ids
+        holds only the new positions; they see all kept ones, and each other causally.
+        """
         start = 0 if cache is None else cache.length
         check_input_ids("token", ids, self.vocab_size, self.config.max_len, start, self.check_ids)
         if cache is not None:
             check_cache(cache, self.config.n_layers, ids)
-        # all positions at once: the causal flag (chapter 5); step by step: the new positions
-        # see every kept one, and each other causally
+        # all positions at once: the causal flag (chapter 5); step by step: the new
+        # positions see every kept one, and each other causally
         mask = None if cache is None else causal_mask(ids.size(1), ids.device, start)
         y = self.embed(ids, start)  # (batch, T, d_model)
         h = self.decoder(y, self_mask=mask, cache=cache, is_causal=cache is None)
@@ -159,15 +166,16 @@ class CausalLM(nn.Module):
 
 
 def clm_loss(model: CausalLM, ids: Tensor, reduction: str = "mean") -> Tensor:
-    """The causal-LM loss. ids (batch, T) = BOS, sentence, EOS, padded; predicts ids[:, 1:]."""
+    """The causal-LM loss. ids (batch, T) = BOS, sentence, EOS, padded; predicts ids[:,
+    1:]."""
     logits = model(ids[:, :-1])  # (batch, T - 1, vocab_size)
     return label_smoothed_loss(logits, ids[:, 1:], 0.0, model.config.pad_id, reduction)
 
 
 # %% ../../notebooks/16_beyond.ipynb #fadd90c0
 def fill_mask(model: MaskedLM, ids: Tensor, k: int = 5) -> tuple[Tensor, Tensor]:
-    """Top-k probabilities and ids, (n_masks, k) each, for every mask_id in ids (batch, S),
-    in reading order. Runs in eval mode."""
+    """Top-k probabilities and ids, (n_masks, k) each, for every mask_id in ids (batch,
+    S), in reading order. Runs in eval mode."""
     masked = ids == model.mask_id  # (batch, S)
     if not masked.any():
         raise ValueError(

@@ -17,10 +17,9 @@ from .tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 def read_glove(path: str | Path) -> dict[str, Tensor]:
     """Word vectors from a GloVe-format text file: one `word v_1 ... v_d` line per word.
 
-    Fields are separated by single spaces, so words cannot contain spaces. A word2vec-style first
-    line `count dim` is skipped, and the first vector of a repeated word wins. Malformed lines
-    raise a ValueError naming the line.
-    """
+    Fields are separated by single spaces, so words cannot contain spaces. A
+    word2vec-style first line `count dim` is skipped, and the first vector of a repeated
+    word wins. Malformed lines raise a ValueError naming the line."""
     path = Path(path)
     vectors: dict[str, Tensor] = {}
     dim = None
@@ -63,13 +62,14 @@ def load_word_vectors(
     lowercase: bool = True,
     rescale: bool = True,
 ) -> int:
-    """Copy word vectors into the rows of the pieces that spell a word; returns how many.
+    """Copy word vectors into the rows of the pieces that spell a word; returns how
+    many.
 
-    pieces[i] is the piece of id i. A piece matches the word it spells without its word-start
-    marker '▁' (lowercased if `lowercase`); PAD, UNK, BOS and EOS keep their rows. With `rescale`,
-    all copied vectors are multiplied by one factor that gives them a mean squared norm of 1, like
-    the N(0, 1/d_model) rows, so that sqrt(d_model) E[i] has unit variance per coordinate.
-    """
+    pieces[i] is the piece of id i. A piece matches the word it spells without its
+    word-start marker '▁' (lowercased if `lowercase`); PAD, UNK, BOS and EOS keep their
+    rows. With `rescale`, all copied vectors are multiplied by one factor that gives
+    them a mean squared norm of 1, like the N(0, 1/d_model) rows, so that sqrt(d_model)
+    E[i] has unit variance per coordinate."""
     d_model, vocab_size = embedding.d_model, embedding.vocab_size
     if len(pieces) != vocab_size:
         raise ValueError(
