@@ -34,14 +34,18 @@ def source(cell: dict) -> str:
 
 
 def book_text() -> str:
-    """All markdown of the book: the notebooks' markdown cells, figure captions and book/*.md."""
+    """All markdown of the book: the notebooks' markdown cells, the sentences their code cells
+    write (Markdown outputs), figure captions and book/*.md."""
     parts = [page.read_text() for page in sorted((ROOT / "book").glob("*.md"))]
     for notebook in NOTEBOOKS:
         for cell in cells(notebook):
             if cell["cell_type"] == "markdown":
                 parts.append(source(cell))
-            elif figure := figure_options(cell):
+                continue
+            if figure := figure_options(cell):
                 parts.append(figure.get("caption", ""))
+            for output in cell.get("outputs", []):
+                parts.append("".join(output.get("data", {}).get("text/markdown", "")))
     return "\n".join(parts)
 
 
@@ -140,3 +144,20 @@ def test_diagrams_are_drawn_by_their_script(tmp_path):
     assert drawn == ["decoder_layer.png", "decoding_step.png", "transformer.png"]
     stale = [n for n in drawn if (tmp_path / n).read_bytes() != (script.parent / n).read_bytes()]
     assert not stale, f"re-run {script.relative_to(ROOT)}: {stale} differ from what it draws"
+
+
+def test_recorded_pages_show_every_complete_run():
+    """The landing and results pages are written from results/ at build time
+    (book/_ext/recorded_results.py): every complete run's test BLEU is in them."""
+    sys.path.insert(0, str(ROOT / "book" / "_ext"))
+    import recorded_results
+
+    runs = recorded_results.complete_runs()
+    assert runs, "results/ holds no complete run"
+    table, headline = recorded_results.bleu(), recorded_results.headline()
+    for r in runs:
+        score = r["bleu"]["test_2016_flickr"]["sacrebleu_lc"]
+        assert f"| {score:.2f} |" in table, (r["file"], table)
+    assert all(f"{r['bleu']['test_2016_flickr']['sacrebleu_lc']:.1f} BLEU" in headline
+               for r in runs if r["device"] == runs[0]["device"])
+    assert "train_loop" not in recorded_results.benchmarks()  # a table, not raw records

@@ -372,7 +372,7 @@ def test_chapter_15_page_shows_the_records(browser, book_html):
         if r["device"].startswith("cpu")
     }
     assert runs, "results/ holds no CPU record"
-    visit = test_browser.Visit(browser, book_html, "notebooks/15_gpu_training")
+    visit = test_browser.Visit(browser, book_html, "notebooks/15_translator")
     try:
         page = visit.page
         page.wait_for_selector("#cpu-attention rect[data-q]")
