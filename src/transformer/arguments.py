@@ -118,7 +118,7 @@ def add_max_sentences(p: argparse.ArgumentParser) -> None:
 
 
 def add_decoding_arguments(p: argparse.ArgumentParser, average: int) -> None:
-    """The fields of a Decoding (chapter 14) as flags: --average, --beam-size, --alpha."""
+    """A Decoding's fields (chapter 14) as flags: --average, --beam-size, --alpha."""
     p.add_argument(
         "--average",
         type=positive_int,

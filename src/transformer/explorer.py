@@ -75,7 +75,7 @@ def _pieces(record: Mapping, key: str, where: str) -> list[str]:
 
 
 def _weights(value, n_queries: int, n_keys: int, where: str) -> torch.Tensor:
-    """`value` as a (n_layers, n_heads, n_queries, n_keys) tensor of weights in [0, 1]."""
+    """`value` as (n_layers, n_heads, n_queries, n_keys) tensor of weights in [0, 1]."""
     try:
         weights = torch.tensor(value, dtype=torch.float64)
     except (TypeError, ValueError):
@@ -112,8 +112,8 @@ def _sentence(record: Mapping, where: str) -> dict:
         if kind == "decoder":
             if weights.triu(1).any():
                 raise ValueError(
-                    f"{where}, 'decoder' attention has a nonzero weight above the diagonal: "
-                    "a query attends to a later position"
+                    f"{where}, 'decoder' attention has a nonzero weight above the "
+                    "diagonal: a query attends to a later position"
                 )
             rows, cols = torch.tril_indices(len(queries), len(queries))
             weights = weights[..., rows, cols]  # (n_layers, n_heads, T(T+1)/2)

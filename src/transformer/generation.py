@@ -17,8 +17,8 @@ from .variants import CausalLM, is_positive_int
 def _check_sampling(temperature: float, top_k: int | None) -> None:
     if not temperature > 0:  # also catches NaN
         raise ValueError(
-            f"temperature must be positive, got {temperature}; for the most likely token "
-            "use greedy decoding (sample=False)"
+            f"temperature must be positive, got {temperature}; for the most likely "
+            "token use greedy decoding (sample=False)"
         )
     if top_k is not None and not is_positive_int(top_k):
         raise ValueError(f"top_k must be a positive integer or None (no cut), got {top_k!r}")
@@ -56,8 +56,8 @@ def check_prompt(model: CausalLM, prompt: Tensor, max_new_tokens: int) -> None:
     room = model.config.max_len - prompt.size(1)
     if max_new_tokens > room:
         raise ValueError(
-            f"a prompt of {prompt.size(1)} tokens plus {max_new_tokens} new ones exceeds "
-            f"max_len={model.config.max_len}; shorten the prompt"
+            f"a prompt of {prompt.size(1)} tokens plus {max_new_tokens} new ones "
+            f"exceeds max_len={model.config.max_len}; shorten the prompt"
             + (f" or ask for at most {room} new tokens" if room > 0 else "")
         )
     check_input_ids("prompt", prompt, model.vocab_size, model.config.max_len)
@@ -89,10 +89,12 @@ def generate(
     _check_sampling(temperature, top_k)
     with evaluating(model), own_ids(model):  # chapter 13: dropout off, ids not re-read
         ids, new, cache = prompt, prompt, DecoderCache() if use_cache else None
-        done = torch.zeros(prompt.size(0), dtype=torch.bool, device=prompt.device)  # (batch,)
+        # (batch,): the rows that have produced EOS
+        done = torch.zeros(prompt.size(0), dtype=torch.bool, device=prompt.device)
         for _ in range(max_new_tokens):
-            logits = model(new if use_cache else ids, cache)[:, -1]  # (batch, vocab_size)
-            logits[:, model.config.pad_id] = float("-inf")  # padding is never a next token
+            # (batch, vocab_size): the next-token logits
+            logits = model(new if use_cache else ids, cache)[:, -1]
+            logits[:, model.config.pad_id] = float("-inf")  # never a next token
             if sample:
                 pick = sample_token(logits, temperature, top_k, generator)
             else:

@@ -19,7 +19,7 @@ from .tokenizer import Tokenizer
 
 
 def _load(args: argparse.Namespace) -> tuple[Transformer, Tokenizer, str, str]:
-    """(model, tokenizer, source language, target language) of --checkpoint or --model."""
+    """(model, tokenizer, source, target language) of --checkpoint or --model."""
     device = resolve_device(args.device)
     if args.model:
         shipped = load_pretrained(args.model, device)
@@ -39,9 +39,10 @@ def add_translate_parser(commands: argparse._SubParsersAction) -> None:
         "translate",
         run_translate,
         help="translate sentences with a trained model",
-        description="Translate the sentences given as arguments, or else each line of standard "
-        "input, and print one translation per line. An empty line gives an empty line; a "
-        "sentence longer than the model's max_len is truncated, with a warning.",
+        description="Translate the sentences given as arguments, or else each line of "
+        "standard input, and print one translation per line. An empty line gives an "
+        "empty line; a sentence longer than the model's max_len is truncated, with a "
+        "warning.",
     )
     p.add_argument("sentences", nargs="*", help="sentences to translate (default: standard input)")
     add_checkpoint_arguments(p, average=1)
@@ -62,9 +63,9 @@ def add_evaluate_parser(commands: argparse._SubParsersAction) -> None:
         "evaluate",
         run_evaluate,
         help="BLEU of a trained model on a Multi30k split",
-        description="Translate a Multi30k split in the direction the model was trained for, "
-        "print sacreBLEU cased (detokenized) and lowercased, each with its signature, and write "
-        "the translations to a file, one per line.",
+        description="Translate a Multi30k split in the direction the model was "
+        "trained for, print sacreBLEU cased (detokenized) and lowercased, each with "
+        "its signature, and write the translations to a file, one per line.",
     )
     p.add_argument(
         "--split",

@@ -86,8 +86,8 @@ def verified(path: Path, expected: str) -> Path:
         raise FileNotFoundError(f"{path} is missing (expected SHA-256 {expected})")
     if (actual := sha256(path)) != expected:
         raise ValueError(
-            f"{path} is damaged or altered: its SHA-256 is {actual}, expected {expected}; "
-            "reinstall the package, or ship the run again"
+            f"{path} is damaged or altered: its SHA-256 is {actual}, expected "
+            f"{expected}; reinstall the package, or ship the run again"
         )
     return path
 

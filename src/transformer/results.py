@@ -202,7 +202,7 @@ def samples_text(records: Sequence[dict], n: int = 10) -> str:
 
 
 def ok_trials(trials: Sequence[dict]) -> list[dict]:
-    """The trial records that have a val score (failed ones are listed by trial_table)."""
+    """The trial records with a val score (trial_table lists the failed ones too)."""
     return [t for t in trials if "failed" not in t]
 
 
@@ -218,7 +218,7 @@ def summary_line(trial: dict) -> str:
 
 
 def trial_table(trials: Sequence[dict]) -> str:
-    """The trials, best val BLEU first: decoding, steps, seconds and what each changed."""
+    """The trials, best val BLEU first: decoding, steps, seconds, what each changed."""
     head = ("trial", "dir", "avg", "beam", "alpha", "steps", "s", "val lc")
     lines = ["{:<18} {:<5} {:>3} {:>4} {:>5} {:>6} {:>6} {:>6}  changes".format(*head)]
     for t in sorted(trials, key=lambda t: -t.get("val", {}).get("sacrebleu_lc", -1)):

@@ -72,9 +72,9 @@ def add_record_parser(commands: argparse._SubParsersAction) -> None:
         "record",
         run_record,
         help="score a finished run and write its results JSON",
-        description="Average a run's last checkpoints, score val and test_2016_flickr with "
-        "sacreBLEU, and write the run's record with its provenance (results/<run>.json). Run it "
-        "on the machine that trained, right after train.",
+        description="Average a run's last checkpoints, score val and test_2016_flickr "
+        "with sacreBLEU, and write the run's record with its provenance "
+        "(results/<run>.json). Run it on the machine that trained, right after train.",
     )
     p.add_argument("run_dir", metavar="RUN", help="the run folder that train wrote (its --out)")
     p.add_argument("--out", required=True, help="the JSON file to write, e.g. results/en-de.json")
@@ -100,9 +100,9 @@ def run_record(args: argparse.Namespace) -> int:
     path = write_result(result, args.out)
     test = result["bleu"]["test_2016_flickr"]
     print(
-        f"{result['direction']}: test_2016_flickr BLEU {test['sacrebleu_lc']} lowercased, "
-        f"{test['sacrebleu_cased']} cased; trained {result['train_wall_seconds']} s on "
-        f"{result['device']}; written to {path}"
+        f"{result['direction']}: test_2016_flickr BLEU {test['sacrebleu_lc']} "
+        f"lowercased, {test['sacrebleu_cased']} cased; trained "
+        f"{result['train_wall_seconds']} s on {result['device']}; written to {path}"
     )
     return 0
 
@@ -114,10 +114,11 @@ def add_ship_parser(commands: argparse._SubParsersAction) -> None:
         "ship",
         run_ship,
         help="store a finished run's model in the package, for translate --model",
-        description="Average a run's last checkpoints and store the model in a weights folder "
-        "(by default the package's own): int8 matrices with a float16 scale per row in "
-        "safetensors, the run's SentencePiece model, and manifest.json with both files' "
-        "SHA-256 sums, the model config and the decoding settings given here.",
+        description="Average a run's last checkpoints and store the model in a "
+        "weights folder (by default the package's own): int8 matrices with a float16 "
+        "scale per row in safetensors, the run's SentencePiece model, and "
+        "manifest.json with both files' SHA-256 sums, the model config and the "
+        "decoding settings given here.",
     )
     p.add_argument("run_dir", metavar="RUN", help="the run folder that train wrote (its --out)")
     p.add_argument("--out", default=str(WEIGHTS), help="the weights folder to write into")
@@ -138,9 +139,10 @@ def add_search_parser(commands: argparse._SubParsersAction) -> None:
         "search",
         run_search,
         help="run a grid of time-boxed training trials, scored on val",
-        description="Train each trial of a grid file in its own process and score it on the "
-        "validation set with each decoding setting of the grid; add the records to a JSON-lines "
-        "file. Trials already in that file are skipped, so a search that was cut short resumes.",
+        description="Train each trial of a grid file in its own process and score it "
+        "on the validation set with each decoding setting of the grid; add the "
+        "records to a JSON-lines file. Trials already in that file are skipped, so a "
+        "search that was cut short resumes.",
     )
     p.add_argument("grid", help="the grid: JSON with base, trials and decoding")
     p.add_argument(

@@ -45,8 +45,8 @@ def checkpoint_paths(path: str | Path, average: int = 1) -> list[Path]:
         raise FileNotFoundError(f"no checkpoint at {path}: neither a file nor a run folder")
     if len(steps) < average:
         raise ValueError(
-            f"{path} keeps {len(steps)} step checkpoints, fewer than the {average} to average; "
-            f"train with --keep {average} or more"
+            f"{path} keeps {len(steps)} step checkpoints, fewer than the {average} to "
+            f"average; train with --keep {average} or more"
         )
     return steps[-average:]
 

@@ -137,7 +137,7 @@ def search(
     stop_after: float | None = None,
     command: Sequence[str] = (),
 ) -> list[dict]:
-    """Run the trials of `grid` that `out` does not hold yet; returns the records added."""
+    """Run the trials of `grid` that `out` does not hold yet; return the new records."""
     configs, changes, decodings = read_grid(grid, runs)
     done = {r["trial"] for r in read_trials(out)}
     todo = [name for name in configs if name not in done]

@@ -45,8 +45,9 @@ def lm_config(vocab_size: int, **sizes) -> TransformerConfig:
 def _vocab_size(config: TransformerConfig) -> int:
     if config.src_vocab_size != config.tgt_vocab_size:
         raise ValueError(
-            f"a language model has one vocabulary, but the config has {config.src_vocab_size} "
-            f"source and {config.tgt_vocab_size} target pieces; build it with lm_config"
+            "a language model has one vocabulary, but the config has "
+            f"{config.src_vocab_size} source and {config.tgt_vocab_size} target "
+            "pieces; build it with lm_config"
         )
     return config.tgt_vocab_size
 
@@ -83,12 +84,14 @@ class MaskedLM(nn.Module):
 
     def encode(self, ids: Tensor) -> Tensor:  # (batch, S) -> (batch, S, d_model)
         """Every real position attends to every real position: the padding-only mask."""
-        check_input_ids("token", ids, self.vocab_size + 1, self.config.max_len)  # [MASK] too
+        # ids up to vocab_size: [MASK] included
+        check_input_ids("token", ids, self.vocab_size + 1, self.config.max_len)
         mask = encoder_mask(ids, self.config.pad_id)  # (batch, 1, S, S)
         return self.encoder(self.embed(ids), mask)
 
     def head(self, h: Tensor) -> Tensor:  # (..., d_model) -> (..., vocab_size)
-        table = self.embed.token.embedding.weight[: self.vocab_size]  # (V, d_model): no [MASK]
+        # (V, d_model): the first V rows, without [MASK]
+        table = self.embed.token.embedding.weight[: self.vocab_size]
         return self.transform(h) @ table.T + self.bias
 
     def forward(self, ids: Tensor) -> Tensor:  # (batch, S) -> (batch, S, vocab_size)
@@ -114,7 +117,8 @@ def mask_tokens(
     if vocab_size <= FIRST_PIECE_ID:
         raise ValueError(f"vocab_size={vocab_size} has no real pieces to draw replacements from")
     draw = dict(generator=generator, device=ids.device)
-    chosen = (ids >= FIRST_PIECE_ID) & (ids < vocab_size) & (ids != pad_id)  # real pieces
+    # real pieces: not special, not [MASK], not padding
+    chosen = (ids >= FIRST_PIECE_ID) & (ids < vocab_size) & (ids != pad_id)
     chosen &= torch.rand(ids.shape, **draw) < mask_prob  # (batch, S)
     u = torch.rand(ids.shape, **draw)  # picks one of the three corruptions
     to_mask = chosen & (u < MASK_SPLIT[0])
@@ -139,7 +143,8 @@ class CausalLM(nn.Module):
     """Decoder-only (GPT-style) language model: embeddings, a Decoder without
     cross-attention, and the output projection tied to the embedding table."""
 
-    check_ids = True  # False: the caller vouches for its ids (generate, for the ids it chose)
+    # False: the caller vouches for its ids (generate, for the ids it chose)
+    check_ids = True
 
     def __init__(self, config: TransformerConfig):
         super().__init__()
