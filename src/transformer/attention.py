@@ -22,14 +22,15 @@ def check_mask(mask: Tensor, scores_shape: tuple[int, ...]) -> None:
         fits = False
     if not fits:
         raise ValueError(
-            f"mask of shape {tuple(mask.shape)} does not broadcast to the attention scores' "
-            f"shape (..., T, S) = {tuple(scores_shape)}; index a (batch, S) key padding mask "
-            f"as mask[:, None, None, :]"
+            f"mask of shape {tuple(mask.shape)} does not broadcast to the attention "
+            f"scores' shape (..., T, S) = {tuple(scores_shape)}; index a (batch, S) "
+            f"key padding mask as mask[:, None, None, :]"
         )
 
 
 def check_attention_inputs(q: Tensor, k: Tensor, v: Tensor, dropout_p: float) -> None:
-    """Raise a clear error unless q (..., T, d_k), k (..., S, d_k), v (..., S, d_v) fit."""
+    """Raise a clear error unless q (..., T, d_k), k (..., S, d_k) and v (..., S, d_v)
+    fit."""
     for name, x in (("q", q), ("k", k), ("v", v)):
         if x.dim() < 2:
             raise ValueError(f"{name} must have shape (..., seq, features), got {tuple(x.shape)}")
@@ -40,15 +41,16 @@ def check_attention_inputs(q: Tensor, k: Tensor, v: Tensor, dropout_p: float) ->
         )
     if k.size(-2) != v.size(-2):
         raise ValueError(
-            f"k and v must have the same number of positions S (dim -2), got k {tuple(k.shape)} "
-            f"and v {tuple(v.shape)}; keys and values must come from the same sequence"
+            f"k and v must have the same number of positions S (dim -2), got "
+            f"k {tuple(k.shape)} and v {tuple(v.shape)}; keys and values must come "
+            f"from the same sequence"
         )
     try:
         torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
     except RuntimeError:
         raise ValueError(
-            f"the leading (batch, head) dims of q {tuple(q.shape)}, k {tuple(k.shape)} and "
-            f"v {tuple(v.shape)} do not broadcast"
+            f"the leading (batch, head) dims of q {tuple(q.shape)}, k {tuple(k.shape)} "
+            f"and v {tuple(v.shape)} do not broadcast"
         ) from None
     if not 0.0 <= dropout_p <= 1.0:
         raise ValueError(f"dropout_p must lie in [0, 1], got {dropout_p}")
@@ -69,9 +71,10 @@ def scaled_dot_product_attention(
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (..., T, S)
     if mask is not None:
         check_mask(mask, scores.shape)
-        empty = ~mask.any(dim=-1, keepdim=True)  # (..., T, 1): rows where no key is allowed
+        empty = ~mask.any(dim=-1, keepdim=True)  # (..., T, 1): rows with no key allowed
         scores = scores.masked_fill(~mask, -math.inf)
-        scores = scores.masked_fill(empty, 0.0)  # a finite row: no 0/0 in softmax or its gradient
+        # a finite row: no 0/0 in the softmax or its gradient
+        scores = scores.masked_fill(empty, 0.0)
     weights = torch.softmax(scores, dim=-1)  # (..., T, S)
     if mask is not None:
         weights = weights.masked_fill(empty, 0.0)

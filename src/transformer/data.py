@@ -31,23 +31,26 @@ SPLIT_SIZES = {
     "test_2016_flickr": 1000,
 }  # sentences per split
 LANGUAGES = ("en", "de", "fr", "cs")
+# one line per file of the release, as `sha256sum` prints it
+_SHA256SUMS = """
+200a4a74cc9560f051924abb9803be008d1908d77f747e9141aeb86dfd2797f1  test_2016_flickr.cs.gz
+9204244e408ccb38d2a55cfcd344df15005fc42a07a6e55ca6c52b6ababb8cc8  test_2016_flickr.de.gz
+611d361c6334bc7246101d48097c13cf5c4413c5befc793cc629934359d532d9  test_2016_flickr.en.gz
+6d326e188d259fb1d04ac19eae3af956559b3a0b93d7635e56c90987c40c8b90  test_2016_flickr.fr.gz
+a65adb8b32e3bc664f21ecba7a6e7f6950fd1f405e135f7c312faabdb6255077  train.cs.gz
+726e39b2fa9eb9ffb6dc763fb35a179f80fae06ffc5d28b6ace5faa883de28a6  train.de.gz
+d79cfa999dd4c51d2cb42499b6796d5a882c3a8a961923c25a898c90f8bbd56f  train.en.gz
+622e75069e9f4c577425c4f277116ce66e63a2401c0a2312d90073cb12379a3c  train.fr.gz
+b63226e05c4bd5dd6a42897d74b86a1b9d2c31498252c572b1ea7f7996927fcc  val.cs.gz
+f0cba2f995189cf5770f29a8a9a537a3ad3f51657ad873405082ff6863a5e75a  val.de.gz
+14f7d25ddd868909a9213e361768460edcacdd6ab9d1e77b92560dc10c10dc28  val.en.gz
+ca3106f1a72390591d25f6c45cb4cd39dec4cd3f123e099748a3ce5256c160e9  val.fr.gz
+"""
 SHA256 = {
-    "test_2016_flickr.cs.gz": "200a4a74cc9560f051924abb9803be008d1908d77f747e9141aeb86dfd2797f1",
-    "test_2016_flickr.de.gz": "9204244e408ccb38d2a55cfcd344df15005fc42a07a6e55ca6c52b6ababb8cc8",
-    "test_2016_flickr.en.gz": "611d361c6334bc7246101d48097c13cf5c4413c5befc793cc629934359d532d9",
-    "test_2016_flickr.fr.gz": "6d326e188d259fb1d04ac19eae3af956559b3a0b93d7635e56c90987c40c8b90",
-    "train.cs.gz": "a65adb8b32e3bc664f21ecba7a6e7f6950fd1f405e135f7c312faabdb6255077",
-    "train.de.gz": "726e39b2fa9eb9ffb6dc763fb35a179f80fae06ffc5d28b6ace5faa883de28a6",
-    "train.en.gz": "d79cfa999dd4c51d2cb42499b6796d5a882c3a8a961923c25a898c90f8bbd56f",
-    "train.fr.gz": "622e75069e9f4c577425c4f277116ce66e63a2401c0a2312d90073cb12379a3c",
-    "val.cs.gz": "b63226e05c4bd5dd6a42897d74b86a1b9d2c31498252c572b1ea7f7996927fcc",
-    "val.de.gz": "f0cba2f995189cf5770f29a8a9a537a3ad3f51657ad873405082ff6863a5e75a",
-    "val.en.gz": "14f7d25ddd868909a9213e361768460edcacdd6ab9d1e77b92560dc10c10dc28",
-    "val.fr.gz": "ca3106f1a72390591d25f6c45cb4cd39dec4cd3f123e099748a3ce5256c160e9",
+    name: digest for digest, name in (line.split() for line in _SHA256SUMS.strip().splitlines())
 }
 
 
-# %% ../../notebooks/01_tokenization.ipynb #8ccee33c
 def cache_dir() -> Path:
     """The folder for downloads and trained tokenizers (`$TRANSFORMER_CACHE` overrides
     it)."""
@@ -88,13 +91,13 @@ def _download(url: str, path: Path) -> None:
             data = response.read()
     except (urllib.error.URLError, OSError) as err:
         raise ConnectionError(
-            f"could not download {url} ({err}). Without network access, copy the Multi30k "
-            f"files into a folder and point MULTI30K_DIR at it."
+            f"could not download {url} ({err}). Without network access, copy the "
+            f"Multi30k files into a folder and point MULTI30K_DIR at it."
         ) from err
     atomic_write(path, lambda tmp: tmp.write_bytes(data))
 
 
-# %% ../../notebooks/01_tokenization.ipynb #f2264b3c
+# %% ../../notebooks/01_tokenization.ipynb #8ccee33c
 def multi30k_file(split: str, lang: str) -> Path:
     """Path of one verified Multi30k file, downloaded into the cache on first use."""
     _check_choice("split", split, tuple(SPLIT_SIZES))
@@ -114,8 +117,9 @@ def multi30k_file(split: str, lang: str) -> Path:
     actual = _sha256(path)
     if actual != SHA256[name]:
         raise ValueError(
-            f"checksum mismatch for {path}: expected sha256 {SHA256[name]}, got {actual}. "
-            f"The file is corrupt or not the Multi30k release; delete it to download it again."
+            f"checksum mismatch for {path}: expected sha256 {SHA256[name]}, got "
+            f"{actual}. The file is corrupt or not the Multi30k release; delete it to "
+            f"download it again."
         )
     return path
 
@@ -132,6 +136,7 @@ def read_sentences(split: str, lang: str) -> list[str]:
     return sentences
 
 
+# %% ../../notebooks/01_tokenization.ipynb #f2264b3c
 def load_multi30k(
     split: str = "train", src_lang: str = "en", tgt_lang: str = "de"
 ) -> list[tuple[str, str]]:

@@ -17,7 +17,7 @@ from torch import Tensor, nn
 
 
 class TokenEmbedding(nn.Module):
-    """Emb(i) = sqrt(d_model) * E[i], the scaled embedding of the paper's section 3.4."""
+    """Emb(i) = sqrt(d_model) * E[i]: the scaled embedding, paper section 3.4."""
 
     def __init__(self, vocab_size: int, d_model: int):
         super().__init__()
@@ -42,7 +42,8 @@ def check_token_ids(ids: Tensor, vocab_size: int) -> None:
     if ids.numel() and (ids.min() < 0 or ids.max() >= vocab_size):
         raise ValueError(
             f"token ids must lie in [0, {vocab_size}), got values from "
-            f"{int(ids.min())} to {int(ids.max())}; was the text encoded with another vocabulary?"
+            f"{int(ids.min())} to {int(ids.max())}; was the text encoded with another "
+            f"vocabulary?"
         )
 
 

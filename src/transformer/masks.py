@@ -47,11 +47,10 @@ def causal_mask(size: int, device: torch.device | str | None = None, start: int 
 
 # %% ../../notebooks/04_masking.ipynb #42b740e1
 def cross_mask(tgt: Tensor, src: Tensor, pad_id: int) -> Tensor:
-    """Real target queries AND real source keys, the cross mask: (batch, 1, T, S) bool."""
-    query, key = (
-        padding_mask(tgt, pad_id),
-        padding_mask(src, pad_id),
-    )  # (batch, T), (batch, S)
+    """Real target queries AND real source keys, the cross mask: (batch, 1, T, S)
+    bool."""
+    query = padding_mask(tgt, pad_id)  # (batch, T)
+    key = padding_mask(src, pad_id)  # (batch, S)
     if query.size(0) != key.size(0):
         raise ValueError(
             f"tgt and src must hold the same number of sentences, got batch sizes "

@@ -15,7 +15,7 @@ from .masks import causal_mask
 
 
 def head_size(d_model: int, n_heads: int, d_head: int | None = None) -> int:
-    """d_head, by default d_model // n_heads; a clear error for sizes that do not fit."""
+    """d_head, by default d_model // n_heads; a clear error for sizes that don't fit."""
     if n_heads < 1 or d_model < 1:
         raise ValueError(f"d_model and n_heads must be positive, got {d_model} and {n_heads}")
     if d_head is None:
@@ -52,8 +52,8 @@ def attend(
             mask = causal_mask(q.size(-2), q.device)  # (T, T)
         return scaled_dot_product_attention(q, k, v, mask, dropout_p=dropout_p)
     attends = None if mask is None else mask.any(dim=-1, keepdim=True)  # (..., T, 1)
-    if attends is not None:
-        mask = mask | ~attends  # fully masked rows attend everywhere: finite, zeroed below
+    if attends is not None:  # fully masked rows attend everywhere: finite, zeroed below
+        mask = mask | ~attends
     out = F.scaled_dot_product_attention(
         q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal
     )
@@ -105,7 +105,8 @@ class MultiHeadAttention(nn.Module):
             dropout,
         )
         self.inner = n_heads * d_head
-        self.in_proj = nn.Linear(d_model, 3 * self.inner)  # W^Q, W^K, W^V stacked, in that order
+        # W^Q, W^K, W^V stacked, in that order
+        self.in_proj = nn.Linear(d_model, 3 * self.inner)
         self.out_proj = nn.Linear(self.inner, d_model)  # W^O
         # as nn.MultiheadAttention: xavier_uniform_ on the stacked Q/K/V weight, zero
         # biases
@@ -114,14 +115,16 @@ class MultiHeadAttention(nn.Module):
         nn.init.zeros_(self.out_proj.bias)
 
     def _split_heads(self, t: Tensor) -> Tensor:  # (batch, seq, n_heads * d_head)
-        return t.view(*t.shape[:2], self.n_heads, self.d_head).transpose(1, 2)  # (b, h, seq, d)
+        t = t.view(*t.shape[:2], self.n_heads, self.d_head)  # (batch, seq, h, d_head)
+        return t.transpose(1, 2)  # (batch, h, seq, d_head)
 
     def _project(self, x: Tensor, memory: Tensor | None, cache: KVCache | None):
         """Q from x, and K, V from x (self-attention) or the memory: (batch, T or S, h
         d_head)."""
-        kept = cache is not None and cache.k is not None  # keys and values of earlier steps
+        # keys and values of earlier steps?
+        kept = cache is not None and cache.k is not None
         if memory is None:  # self-attention: one fused product
-            q, k, v = self.in_proj(x).split(self.inner, dim=-1)  # (batch, T, inner) each
+            q, k, v = self.in_proj(x).split(self.inner, dim=-1)  # (batch, T, inner)
             if kept:  # the earlier positions come first
                 k = torch.cat([cache.k, k], dim=1)  # (batch, S = earlier + T, inner)
                 v = torch.cat([cache.v, v], dim=1)
@@ -159,6 +162,7 @@ class MultiHeadAttention(nn.Module):
         q, k, v = map(self._split_heads, (q, k, v))  # (batch, h, T or S, d_head) each
         dropout_p = self.dropout if self.training else 0.0
         out, weights = attend(q, k, v, mask, is_causal, dropout_p, need_weights)
-        out = out.transpose(1, 2).reshape(x.size(0), x.size(1), self.inner)  # concat the heads
+        # concatenate the heads: (batch, T, h d_head)
+        out = out.transpose(1, 2).reshape(x.size(0), x.size(1), self.inner)
         out = self.out_proj(out)  # (batch, T, d_model)
         return (out, weights) if need_weights else out

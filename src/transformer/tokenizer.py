@@ -84,7 +84,8 @@ class Tokenizer:
     def encode(
         self, text: str | Sequence[str], add_bos: bool = False, add_eos: bool = False
     ) -> list[int] | list[list[int]]:
-        """Ids of one sentence, or a list of id lists for a batch. Empty text gives []."""
+        """Ids of one sentence, or a list of id lists for a batch; empty text gives
+        []."""
         batch = [text] if isinstance(text, str) else list(text)
         for s in batch:
             if not isinstance(s, str):
