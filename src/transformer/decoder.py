@@ -84,7 +84,7 @@ class DecoderCache:
     length: int = 0  # target positions already decoded
 
     def select(self, rows: Tensor) -> None:
-        """Keep only `rows` of the batch, in that order, in every layer (beam search)."""
+        """Keep only `rows` of the batch, in that order, in every layer (beams)."""
         for layer in self.layers:
             layer.self_attn.select(rows)
             layer.cross_attn.select(rows)
@@ -113,7 +113,7 @@ class Decoder(nn.Module):
         (batch, S, d_model). Masks and is_causal as in DecoderLayer, shared by all
         layers. With a cache, x holds only the new positions and self_mask (if any)
         spans the kept ones too: (T_new, length + T_new)."""
-        if cache is not None and not cache.layers:  # a new cache: one LayerCache per layer
+        if cache is not None and not cache.layers:  # a new cache: one per layer
             cache.layers = [LayerCache() for _ in self.layers]
         for i, layer in enumerate(self.layers):
             layer_cache = None if cache is None else cache.layers[i]

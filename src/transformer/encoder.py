@@ -29,15 +29,12 @@ class StackConfig:
     n_layers: int = 6
     dropout: float = 0.1  # on every sublayer's output (section 5.4)
     attention_dropout: float | None = None  # on the attention weights; None: dropout
-    activation_dropout: float | None = None  # on the feed-forward's hidden layer; None: dropout
+    # on the feed-forward's hidden layer; None: dropout
+    activation_dropout: float | None = None
     norm_first: bool = False  # True: pre-LN, the LayerNorm at the start of each branch
 
-    positive_ints = (
-        "d_model",
-        "n_heads",
-        "d_ff",
-        "n_layers",
-    )  # not a field: what is checked
+    # not a field (no annotation): the sizes that __post_init__ checks
+    positive_ints = ("d_model", "n_heads", "d_ff", "n_layers")
 
     def __post_init__(self):
         for name in self.positive_ints:
@@ -54,8 +51,7 @@ class StackConfig:
 
 # %% ../../notebooks/08_encoder.ipynb #bf4e82aa
 class EncoderLayer(nn.Module):
-    """Self-attention, then the feed-forward network, each in a Residual (paper section
-    3.1).
+    """Self-attention, then the feed-forward network, each in a Residual (section 3.1).
 
     Post-LN as in the paper, or pre-LN with config.norm_first."""
 
@@ -67,8 +63,9 @@ class EncoderLayer(nn.Module):
         self.attn_residual = Residual(c.d_model, c.dropout, c.norm_first)
         self.ff_residual = Residual(c.d_model, c.dropout, c.norm_first)
 
-    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:  # (batch, S, d_model)
-        """mask: bool, broadcastable to (batch, n_heads, S, S), True = may attend."""
+    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
+        """x (batch, S, d_model) -> (batch, S, d_model). mask: bool, broadcastable to
+        (batch, n_heads, S, S), True = may attend."""
         x = self.attn_residual(x, lambda h: self.self_attn(h, mask=mask))
         return self.ff_residual(x, self.feed_forward)
 
@@ -83,9 +80,9 @@ class Encoder(nn.Module):
         self.layers = nn.ModuleList(EncoderLayer(config) for _ in range(config.n_layers))
         self.norm = LayerNorm(config.d_model) if config.norm_first else nn.Identity()
 
-    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:  # (batch, S, d_model)
-        """mask: bool (batch, 1, S, S), True = may attend, e.g. masks.encoder_mask(src,
-        pad_id)."""
+    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
+        """x (batch, S, d_model) -> (batch, S, d_model). mask: bool (batch, 1, S, S),
+        True = may attend, e.g. masks.encoder_mask(src, pad_id)."""
         for layer in self.layers:
             x = layer(x, mask)
         return self.norm(x)

@@ -52,8 +52,9 @@ class TransformerConfig(StackConfig):
             raise ValueError(f"pad_id={self.pad_id} is not an id of both vocabularies")
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
             raise ValueError(
-                f"share_embeddings needs one vocabulary, but src_vocab_size={self.src_vocab_size} "
-                f"and tgt_vocab_size={self.tgt_vocab_size}; set share_embeddings=False"
+                "share_embeddings needs one vocabulary, but "
+                f"src_vocab_size={self.src_vocab_size} and "
+                f"tgt_vocab_size={self.tgt_vocab_size}; set share_embeddings=False"
             )
 
 
@@ -72,7 +73,8 @@ def check_input_ids(
         )
     if start + ids.size(1) > max_len:
         raise ValueError(
-            f"{name} length {start + ids.size(1)} exceeds the model's max_len {max_len}; "
+            f"{name} length {start + ids.size(1)} exceeds the model's "
+            f"max_len {max_len}; "
             "truncate the input or build a model with a larger max_len"
         )
     if values:
@@ -80,7 +82,8 @@ def check_input_ids(
 
 
 def check_pair(src: Tensor, tgt_in: Tensor) -> None:
-    """A clear error unless src (batch, S) and tgt_in (batch, T) hold as many sentences."""
+    """A clear error unless src (batch, S) and tgt_in (batch, T) hold as many
+    sentences."""
     if src.size(0) != tgt_in.size(0):
         raise ValueError(
             f"src holds {src.size(0)} sentences but tgt_in holds {tgt_in.size(0)}; "
@@ -95,7 +98,8 @@ def check_memory(tgt_in: Tensor, memory: Tensor, src: Tensor, d_model: int) -> N
     got = tuple(memory.shape) if isinstance(memory, Tensor) else type(memory).__name__
     if got != (*src.shape, d_model):
         raise ValueError(
-            f"memory {got} and src {tuple(src.shape)} do not fit (batch, S, d_model={d_model}) "
+            f"memory {got} and src {tuple(src.shape)} do not fit "
+            f"(batch, S, d_model={d_model}) "
             "and (batch, S); pass encode(src) as the memory"
         )
 
@@ -105,13 +109,16 @@ def check_cache(cache: DecoderCache, n_layers: int, tgt_in: Tensor) -> None:
     batch."""
     if cache.layers and len(cache.layers) != n_layers:
         raise ValueError(
-            f"the cache holds {len(cache.layers)} layers but this decoder has {n_layers}; "
+            f"the cache holds {len(cache.layers)} layers but this decoder has "
+            f"{n_layers}; "
             "start every new batch with a fresh DecoderCache()"
         )
-    kept = cache.layers[0].self_attn.k if cache.length else None  # (batch, length, h d_head)
+    # (batch, length, h d_head)
+    kept = cache.layers[0].self_attn.k if cache.length else None
     if kept is not None and kept.size(0) != tgt_in.size(0):
         raise ValueError(
-            f"the cache holds {kept.size(0)} sentences but tgt_in has {tgt_in.size(0)}; "
+            f"the cache holds {kept.size(0)} sentences but tgt_in has "
+            f"{tgt_in.size(0)}; "
             "start every new batch with a fresh DecoderCache()"
         )
 
@@ -166,11 +173,12 @@ class Transformer(nn.Module):
         self.encoder = Encoder(c)  # a TransformerConfig is a StackConfig
         self.decoder = Decoder(c)
         self.generator = nn.Linear(c.d_model, c.tgt_vocab_size, bias=False)
-        self.generator.weight = self.tgt_embed.token.embedding.weight  # tied (section 3.4)
+        # tied (section 3.4): one parameter, two modules
+        self.generator.weight = self.tgt_embed.token.embedding.weight
         xavier_init(self.encoder, self.decoder)
 
     def encode(self, src: Tensor) -> Tensor:  # (batch, S) -> memory (batch, S, d_model)
-        """M = Encoder(X; encoder mask), X the scaled source embedding plus positions."""
+        """M = Encoder(X; encoder mask), X the scaled source embedding + positions."""
         c = self.config
         check_input_ids("source", src, c.src_vocab_size, c.max_len, values=self.check_ids)
         return self._encode(src)
@@ -188,7 +196,7 @@ class Transformer(nn.Module):
         check_decode_inputs(self.config, tgt_in, memory, src, cache, values=self.check_ids)
         return self._decode(tgt_in, memory, src, cache)
 
-    def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:  # -> (batch, T, tgt_vocab_size)
+    def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:  # (batch, T, V)
         c = self.config
         check_input_ids("source", src, c.src_vocab_size, c.max_len, values=self.check_ids)
         check_input_ids("target", tgt_in, c.tgt_vocab_size, c.max_len, values=self.check_ids)
@@ -206,7 +214,7 @@ class Transformer(nn.Module):
         cache: DecoderCache | None = None,
     ) -> Tensor:
         start = 0 if cache is None else cache.length
-        x_mask = padding_mask(src, self.config.pad_id)[:, None, None, :]  # (batch, 1, 1, S)
+        x_mask = padding_mask(src, self.config.pad_id)[:, None, None, :]  # (b, 1, 1, S)
         # all positions at once: the causal mask as a flag (chapter 5); step by step
         # with a cache: the new positions see every kept one, and each other causally
         self_mask = None if cache is None else causal_mask(tgt_in.size(1), src.device, start)

@@ -26,11 +26,10 @@ class LayerNorm(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:  # (..., d_model)
         h = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
-        gamma, beta = (
-            self.weight.to(h.dtype),
-            self.bias.to(h.dtype),
-        )  # also for a bf16 module
-        return F.layer_norm(h, (self.d_model,), gamma, beta, self.eps).to(x.dtype)  # (..., d_model)
+        # gamma and beta in h's dtype, also when the module itself is bf16
+        gamma, beta = self.weight.to(h.dtype), self.bias.to(h.dtype)
+        y = F.layer_norm(h, (self.d_model,), gamma, beta, self.eps)  # (..., d_model)
+        return y.to(x.dtype)
 
 
 # %% ../../notebooks/06_normalization.ipynb #529f4fa2

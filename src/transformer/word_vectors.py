@@ -36,14 +36,15 @@ def read_glove(path: str | Path) -> dict[str, Tensor]:
                 vector = torch.tensor([float(v) for v in values])  # (d,)
             except ValueError:
                 raise ValueError(
-                    f"{where} has a value that is not a number; expected 'word v_1 ... v_d' "
-                    "separated by single spaces"
+                    f"{where} has a value that is not a number; "
+                    "expected 'word v_1 ... v_d' separated by single spaces"
                 ) from None
             if dim is None:
                 dim = len(values)
             if len(values) != dim:
                 raise ValueError(
-                    f"{where} has {len(values)} values, but the first vector had {dim}; "
+                    f"{where} has {len(values)} values, but the first vector "
+                    f"had {dim}; "
                     "is the file truncated, or does a word contain a space?"
                 )
             if not torch.isfinite(vector).all():
@@ -73,15 +74,17 @@ def load_word_vectors(
     d_model, vocab_size = embedding.d_model, embedding.vocab_size
     if len(pieces) != vocab_size:
         raise ValueError(
-            f"got {len(pieces)} pieces for an embedding of {vocab_size} rows; pass the pieces "
+            f"got {len(pieces)} pieces for an embedding of {vocab_size} rows; "
+            "pass the pieces "
             "of the tokenizer the model was built for, in id order"
         )
     for word, vector in vectors.items():
         if tuple(vector.shape) != (d_model,):
             raise ValueError(
-                f"the vector of {word!r} has shape {tuple(vector.shape)}, but the embedding has "
-                f"d_model={d_model}; use vectors of size {d_model}, or build the model with "
-                f"d_model={vector.numel()} (d_head can stay 64)"
+                f"the vector of {word!r} has shape {tuple(vector.shape)}, "
+                f"but the embedding has d_model={d_model}; use vectors of size "
+                f"{d_model}, or build the model with d_model={vector.numel()} "
+                "(d_head can stay 64)"
             )
     rows, found = [], []
     for i, piece in enumerate(pieces):
