@@ -64,9 +64,10 @@ def test_notebook_starts_with_the_install_cell(notebook):
     text = source(first_code)
     assert "import transformer" in text and "except ModuleNotFoundError:" in text, text
     # IPython expands $REPO in the magic; the line stays within the page's 88 columns
-    assert f'REPO = "{REPOSITORY}"' in text and '%pip install --quiet "transformer @ git+$REPO"' in text, (
-        f"the install cell must install from the repository of _config.yml ({REPOSITORY})"
-    )
+    assert (
+        f'REPO = "{REPOSITORY}"' in text
+        and '%pip install --quiet "transformer @ git+$REPO"' in text
+    ), f"the install cell must install from the repository of _config.yml ({REPOSITORY})"
     assert "hide-cell" in first_code["metadata"].get("tags", []), "fold the install cell away"
     assert not first_code["outputs"], "with the package installed the install cell prints nothing"
 
@@ -159,6 +160,9 @@ def test_recorded_pages_show_every_complete_run():
     for r in runs:
         score = r["bleu"]["test_2016_flickr"]["sacrebleu_lc"]
         assert f"| {score:.2f} |" in table, (r["file"], table)
-    assert all(f"{r['bleu']['test_2016_flickr']['sacrebleu_lc']:.1f} BLEU" in headline
-               for r in runs if r["device"] == runs[0]["device"])
+    assert all(
+        f"{r['bleu']['test_2016_flickr']['sacrebleu_lc']:.1f} BLEU" in headline
+        for r in runs
+        if r["device"] == runs[0]["device"]
+    )
     assert "train_loop" not in recorded_results.benchmarks()  # a table, not raw records

@@ -9,6 +9,8 @@ __all__ = [
     "CODES",
     "WIDTH",
     "ELEMENT_ID",
+    "explorer_parts",
+    "explorer_controls",
     "explorer_html",
     "AttentionExplorer",
     "explore",
@@ -122,6 +124,41 @@ def _sentence(record: Mapping, where: str) -> dict:
     return packed
 
 
+# %% ../../notebooks/15_translator.ipynb #681b32e2
+def explorer_parts(element_id: str) -> tuple[str, str]:
+    """explorer.css and explorer.js, filled in for the explorer `element_id`."""
+    fill = {
+        "__ID__": element_id,
+        "__WIDTH__": str(WIDTH),
+        "__DIGITS__": DIGITS,
+        "__SMALL__": str(SMALL),
+    }
+    style, script = ((STATIC / name).read_text() for name in ("explorer.css", "explorer.js"))
+    for key, value in fill.items():
+        style, script = style.replace(key, value), script.replace(key, value)
+    return style, script
+
+
+def explorer_controls(directions: str = "") -> str:
+    """The explorer's menus, axes and status line; `directions`: the <option>s of the
+    direction menu (the translator in the page fills that menu itself)."""
+    kinds = "".join(
+        f'<option value="{kind}" data-axes="{axes}">{label}</option>'
+        for kind, (label, axes) in KINDS.items()
+    )
+    return (
+        '<div class="attnx-controls">'
+        f'<label>direction <select name="direction">{directions}</select></label>'
+        f'<label>attention <select name="kind">{kinds}</select></label>'
+        '<label>layer <select name="layer"></select></label>'
+        '<label>head <select name="head"></select></label>'
+        '<label class="attnx-wide">sentence <select name="sentence"></select></label>'
+        '</div>\n<div class="attnx-axes"></div>\n'
+        '<div class="attnx-status"><span class="attnx-readout"></span>'
+        '<span class="attnx-scale">weight 0<i></i>1</span></div>\n'
+    )
+
+
 # %% ../../notebooks/15_translator.ipynb #5bc64f49
 def explorer_html(
     directions: Mapping[str, Sequence[Mapping]], element_id: str | None = None
@@ -144,33 +181,13 @@ def explorer_html(
     options = "".join(
         f'<option value="{i}">{html.escape(d["name"])}</option>' for i, d in enumerate(payload)
     )
-    kinds = "".join(
-        f'<option value="{kind}" data-axes="{axes}">{label}</option>'
-        for kind, (label, axes) in KINDS.items()
-    )
     # inside <script> only "</" could end the element early; \u003c is the same JSON
     data = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).replace("<", "\\u003c")
-    fill = {
-        "__ID__": element_id,
-        "__WIDTH__": str(WIDTH),
-        "__DIGITS__": DIGITS,
-        "__SMALL__": str(SMALL),
-    }
-    style, script = ((STATIC / name).read_text() for name in ("explorer.css", "explorer.js"))
-    for key, value in fill.items():
-        style, script = style.replace(key, value), script.replace(key, value)
+    style, script = explorer_parts(element_id)
     return (
         f'<div id="{element_id}" class="attnx">\n<style>{style}</style>\n'
-        '<div class="attnx-controls">'
-        f'<label>direction <select name="direction">{options}</select></label>'
-        f'<label>attention <select name="kind">{kinds}</select></label>'
-        '<label>layer <select name="layer"></select></label>'
-        '<label>head <select name="head"></select></label>'
-        '<label class="attnx-wide">sentence <select name="sentence"></select></label>'
-        '</div>\n<div class="attnx-axes"></div>\n'
-        '<div class="attnx-status"><span class="attnx-readout"></span>'
-        '<span class="attnx-scale">weight 0<i></i>1</span></div>\n'
-        '<div class="attnx-figure">The attention explorer needs JavaScript '
+        + explorer_controls(options)
+        + '<div class="attnx-figure">The attention explorer needs JavaScript '
         "(in Jupyter: a trusted notebook).</div>\n"
         f'<script type="application/json" class="attnx-data">{data}</script>\n'
         f"<script>{script}</script>\n</div>"

@@ -28,7 +28,6 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import Tensor
 
-from .data import atomic_write
 from transformer.evaluation import (
     Decoding,
     evaluate_split,
@@ -36,6 +35,8 @@ from transformer.evaluation import (
     tokenizer_of,
     translate,
 )
+
+from .data import atomic_write
 from .model import Transformer, TransformerConfig
 from .scoring import checkpoint_paths
 from .tokenizer import Tokenizer

@@ -1,0 +1,61 @@
+"""The browser translator's files in the built book: `_static/translator/`.
+
+The page's translator (src/transformer/static/translator.js, chapter 15) reads the shipped files
+of src/transformer/weights/ as they are: the manifest, each DIRECTION.safetensors and the
+SentencePiece model. A page opened from disk (file://) may not `fetch` them, but it may run a
+script, so each file F is written as F.js, one line that stores F's exact bytes in base64:
+
+    window.__transformerAssets["en-de.safetensors"] = "...";
+
+translator.js adds such a <script> only when the reader first asks for a translation, and checks
+the decoded bytes against the manifest's SHA-256 sums, so the check is on the shipped bytes.
+Nothing is downloaded at build time; the files come from the installed package.
+"""
+
+import base64
+import json
+import shutil
+from importlib.resources import files
+from pathlib import Path
+
+PACKAGE = Path(files("transformer"))
+WEIGHTS = PACKAGE / "weights"  # the shipped translators (chapter 15's `ship`)
+STATIC = PACKAGE / "static"  # translator.js beside explorer.js
+TARGET = "translator"  # relative to the built _static folder
+GLOBAL = "window.__transformerAssets"  # where the asset scripts leave their bytes
+
+
+def asset_script(name: str, data: bytes) -> str:
+    """The script that stores `data`, the bytes of the shipped file `name`, under that name."""
+    encoded = base64.b64encode(data).decode("ascii")
+    return f'{GLOBAL} = {GLOBAL} || {{}};\n{GLOBAL}[{json.dumps(name)}] = "{encoded}";\n'
+
+
+def write_assets(out_dir: str | Path, weights: str | Path = WEIGHTS) -> list[Path]:
+    """Write translator.js and one NAME.js per shipped file (manifest.json, every direction's
+    safetensors and tokenizer) into `out_dir`; returns the paths written."""
+    out_dir, weights = Path(out_dir), Path(weights)
+    manifest = json.loads((weights / "manifest.json").read_text())
+    names = ["manifest.json"]
+    for entry in manifest.values():
+        names += [n for n in (entry["weights"], entry["tokenizer"]) if n not in names]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name in names:
+        target = out_dir / f"{name}.js"
+        target.write_text(asset_script(name, (weights / name).read_bytes()))
+        written.append(target)
+    written.append(Path(shutil.copyfile(STATIC / "translator.js", out_dir / "translator.js")))
+    return written
+
+
+def build_assets(app, exception):
+    if exception is None and app.builder.format == "html":
+        write_assets(Path(app.outdir) / "_static" / TARGET)
+
+
+def setup(app):
+    if not (WEIGHTS / "manifest.json").is_file():
+        raise FileNotFoundError(f"no shipped translators at {WEIGHTS}; pip install -e .")
+    app.connect("build-finished", build_assets)
+    return {"parallel_read_safe": True, "parallel_write_safe": True}
