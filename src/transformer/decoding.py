@@ -65,7 +65,8 @@ def length_limits(model: Transformer, src: Tensor, max_len: int | None = None) -
         return (src_len + EXTRA_LENGTH).clamp(max=cap)
     if type(max_len) is not int or not 1 <= max_len <= cap:
         raise ValueError(
-            f"max_len must be an integer from 1 to the model's max_len={cap}, got {max_len!r}; "
+            f"max_len must be an integer from 1 to the model's max_len={cap}, "
+            f"got {max_len!r}; "
             "or pass max_len=None for the source length + 50"
         )
     return torch.full((src.size(0),), max_len, device=src.device)
@@ -85,7 +86,8 @@ def _check_inputs(model: Transformer, src: Tensor, bos_id: int, eos_id: int | No
         raise ValueError(f"src has shape {tuple(src.shape)}; pass at least one token")
     if src.size(1) > c.max_len:
         raise ValueError(
-            f"src has {src.size(1)} positions but the model takes at most max_len={c.max_len}; "
+            f"src has {src.size(1)} positions but the model takes at most "
+            f"max_len={c.max_len}; "
             "truncate the sources (evaluation.translate does it, with a warning)"
         )
     for name, i in (
@@ -121,7 +123,8 @@ class DecoderState:
         self.never = torch.tensor([model.config.pad_id, bos_id], device=src.device)
 
     def log_probs(self) -> Tensor:  # (rows, tgt_vocab_size)
-        """log p(y_t | y_<t, x) at the next position of every row; PAD and BOS get -inf."""
+        """log p(y_t | y_<t, x) at the next position of every row; PAD and BOS get
+        -inf."""
         with own_ids(self.model):  # the prefixes hold only ids this state chose
             if self.cache is None:  # recompute the whole prefix
                 logits = self.model.decode(self.prefix, self.memory, self.src)  # (rows, t, V)

@@ -112,8 +112,8 @@ def load_model(
     problems = _mismatches(ckpt["model"], model.state_dict())
     if problems:
         raise ValueError(
-            f"the weights in {paths[-1]} do not fit the model its model_config describes: "
-            f"{problems} (checkpoint vs model)"
+            f"the weights in {paths[-1]} do not fit the model its model_config "
+            f"describes: {problems} (checkpoint vs model)"
         )
     model.load_state_dict(ckpt["model"])
     return model.to(device).eval(), ckpt
@@ -166,9 +166,9 @@ def translate(
         raise TypeError("translate takes a list of sentences; wrap one sentence in a list")
     if tokenizer.vocab_size != c.src_vocab_size or tokenizer.vocab_size != c.tgt_vocab_size:
         raise ValueError(
-            f"the tokenizer has {tokenizer.vocab_size} pieces but the model was built for "
-            f"{c.src_vocab_size} (source) and {c.tgt_vocab_size} (target); use the tokenizer "
-            "the model was trained with"
+            f"the tokenizer has {tokenizer.vocab_size} pieces but the model was built "
+            f"for {c.src_vocab_size} (source) and {c.tgt_vocab_size} (target); use the "
+            "tokenizer the model was trained with"
         )
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}")
@@ -176,8 +176,8 @@ def translate(
     cut = sum(len(s) > c.max_len for s in ids)
     if cut:
         warnings.warn(
-            f"{cut} of {len(ids)} sentences are longer than the model's max_len={c.max_len} "
-            "tokens; they were truncated to it",
+            f"{cut} of {len(ids)} sentences are longer than the model's "
+            f"max_len={c.max_len} tokens; they were truncated to it",
             stacklevel=2,
         )
     todo = sorted((i for i, s in enumerate(ids) if s), key=lambda i: len(ids[i]))
@@ -203,18 +203,20 @@ class BleuScores(NamedTuple):
     score."""
 
     cased: BLEUScore  # detokenized and case-sensitive: the shareable number
-    lowercased: BLEUScore  # case-insensitive, as part of the Multi30k literature reports it
+    # case-insensitive, as part of the Multi30k literature reports it
+    lowercased: BLEUScore
     cased_signature: str
     lowercased_signature: str
 
 
 def corpus_bleu(hypotheses: Sequence[str], references: Sequence[str]) -> BleuScores:
-    """Corpus BLEU by sacreBLEU (13a tokenization, exp smoothing), cased and lowercased."""
+    """Corpus BLEU by sacreBLEU (13a tokenization, exp smoothing), cased and
+    lowercased."""
     hypotheses, references = list(hypotheses), list(references)
     if not hypotheses or len(hypotheses) != len(references):
         raise ValueError(
-            f"got {len(hypotheses)} hypotheses and {len(references)} references; BLEU needs "
-            "one reference per hypothesis, and at least one pair"
+            f"got {len(hypotheses)} hypotheses and {len(references)} references; "
+            "BLEU needs one reference per hypothesis, and at least one pair"
         )
     cased, lowercased = BLEU(), BLEU(lowercase=True)
     return BleuScores(
