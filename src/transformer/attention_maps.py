@@ -51,7 +51,8 @@ def attention_maps(
     (n_layers, n_heads, S, S), "decoder" (n_layers, n_heads, T, T) and "cross"
     (n_layers, n_heads, T, S), rows the queries and columns the keys."""
     src = torch.tensor([list(src_ids)])  # (1, S)
-    tgt_in = torch.tensor([[BOS_ID, *out_ids[:-1]]])  # (1, T): the inputs that predict out_ids
+    # (1, T): the inputs that predict out_ids
+    tgt_in = torch.tensor([[BOS_ID, *out_ids[:-1]]])
     modules = {
         "encoder": [layer.self_attn for layer in model.encoder.layers],
         "decoder": [layer.self_attn for layer in model.decoder.layers],

@@ -69,8 +69,8 @@ def tokenize_pairs(
             kept.append((a, b))
     if empty or too_long:
         warnings.warn(
-            f"dropped {empty} pairs with an empty sentence and {too_long} pairs longer than "
-            f"max_len={max_len} positions; kept {len(kept)} of {len(pairs)}",
+            f"dropped {empty} pairs with an empty sentence and {too_long} pairs longer "
+            f"than max_len={max_len} positions; kept {len(kept)} of {len(pairs)}",
             stacklevel=2,
         )
     if not kept:
@@ -172,7 +172,7 @@ def cut_by_budget(indices: list[int], lengths: Sequence[int], token_budget: int)
 
 
 def share_evenly(batches: list[list[int]], world_size: int) -> list[list[int]]:
-    """Halve the largest batches until every one of `world_size` ranks can get as many."""
+    """Halve the largest batches until the `world_size` ranks can get as many each."""
     while len(batches) % world_size:
         j = max(range(len(batches)), key=lambda k: len(batches[k]))
         if len(batches[j]) < 2:
@@ -209,8 +209,9 @@ class TokenBatchSampler(EpochCursor):
             raise ValueError("lengths must be a non-empty list of positive lengths")
         if token_budget < max(self.lengths):
             raise ValueError(
-                f"token_budget={token_budget} is below the longest example ({max(self.lengths)} "
-                f"positions); raise the budget or drop long examples"
+                f"token_budget={token_budget} is below the longest example "
+                f"({max(self.lengths)} positions); raise the budget or drop long "
+                "examples"
             )
         if pool_size < 1:
             raise ValueError(f"pool_size must be at least 1, got {pool_size}")

@@ -17,7 +17,7 @@ from .tokenizer import PAD_ID
 
 
 def bucket_length(length: int, multiple: int = 8) -> int:
-    """The padded length of an example: `length` rounded up to a multiple of `multiple`."""
+    """An example's padded length: `length` rounded up to a multiple of `multiple`."""
     return -(-length // multiple) * multiple
 
 

@@ -47,8 +47,9 @@ def check_config(saved: dict, current: dict, what: str = "model") -> None:
     ]
     if diff:
         raise ValueError(
-            f"the checkpoint's {what} config does not match this run's ({'; '.join(diff)}); "
-            f"use the checkpoint's settings, or train afresh in another output folder"
+            f"the checkpoint's {what} config does not match this run's "
+            f"({'; '.join(diff)}); use the checkpoint's settings, or train afresh in "
+            "another output folder"
         )
 
 

@@ -21,7 +21,7 @@ from .training import PRESETS
 
 def knob(default, help: str, group: str, low=None, low_ok=True, high=None, choices=None):
     """A TrainConfig field. Its help text, group, bounds (low, or [low, high)) and
-    choices both check the value and make the field's command-line flag (chapter 15)."""
+    choices both check the value and make the field's command-line flag (flag_of)."""
     bounds = dict(low=low, low_ok=low_ok, high=high, choices=choices)
     return field(default=default, metadata=dict(help=help, group=group, bounds=bounds))
 
@@ -124,14 +124,16 @@ class TrainConfig(ModelKnobs):
     )
     clip: float = knob(1.0, "maximum gradient norm (0: no clipping)", _OPT, low=0)
     amp: bool = knob(True, "bf16 autocast where the device supports it", _DEVICE)
-    compile: bool = knob(False, "torch.compile the model (pays off on a GPU; chapter 15)", _DEVICE)
+    compile: bool = knob(
+        False, "torch.compile the model (on a CPU it did not pay; chapter 15)", _DEVICE
+    )
     cuda_graphs: bool = knob(False, "with compile: replay each step as a CUDA graph", _DEVICE)
     log_every: int = knob(10, "steps between metrics records", _CADENCE, low=1)
     eval_every: int = knob(500, "steps between validation losses", _CADENCE, low=1)
     save_every: int = knob(500, "steps between checkpoints", _CADENCE, low=1)
     keep: int = knob(
         5,
-        "step checkpoints kept besides latest.pt (chapter 13 averages them)",
+        "step checkpoints kept besides latest.pt (chapter 14 averages them)",
         _CADENCE,
         low=1,
     )

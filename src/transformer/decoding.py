@@ -117,8 +117,10 @@ class DecoderState:
         use_cache: bool,
     ):
         self.model, self.src, self.eos_id = model, src, eos_id  # src: (rows, S)
-        self.memory = model.encode(src)  # (rows, S, d_model): checks src, runs the encoder once
-        self.prefix = src.new_full((src.size(0), 1), bos_id)  # (rows, t), starts as [BOS]
+        # (rows, S, d_model): checks src, runs the encoder once
+        self.memory = model.encode(src)
+        # (rows, t), starts as [BOS]
+        self.prefix = src.new_full((src.size(0), 1), bos_id)
         self.cache = DecoderCache() if use_cache else None
         self.never = torch.tensor([model.config.pad_id, bos_id], device=src.device)
 
@@ -127,7 +129,8 @@ class DecoderState:
         -inf."""
         with own_ids(self.model):  # the prefixes hold only ids this state chose
             if self.cache is None:  # recompute the whole prefix
-                logits = self.model.decode(self.prefix, self.memory, self.src)  # (rows, t, V)
+                # (rows, t, V)
+                logits = self.model.decode(self.prefix, self.memory, self.src)
             # only the newest token; the cache holds the keys and values of the others
             else:
                 logits = self.model.decode(self.prefix[:, -1:], self.memory, self.src, self.cache)
@@ -168,10 +171,12 @@ def greedy_decode(
     cache."""
     src = _check_inputs(model, src, bos_id, eos_id)
     limits = length_limits(model, src, max_len)  # (batch,)
-    out = src.new_full((src.size(0), int(limits.max())), model.config.pad_id)  # (batch, T)
+    # (batch, T)
+    out = src.new_full((src.size(0), int(limits.max())), model.config.pad_id)
     with evaluating(model):
         state = DecoderState(model, src, bos_id, eos_id, use_cache)
-        alive = torch.arange(src.size(0), device=src.device)  # the sentence of every row
+        # the sentence of every row
+        alive = torch.arange(src.size(0), device=src.device)
         for t in range(out.size(1)):
             token = state.log_probs().argmax(dim=-1)  # (rows,)
             out[alive, t] = token
@@ -219,8 +224,10 @@ def beam_search(
     with evaluating(model):
         state = DecoderState(model, src.repeat_interleave(k, dim=0), bos_id, eos_id, use_cache)
         scores = torch.full((n, k), -math.inf, dtype=torch.float64, device=src.device)
-        scores[:, 0] = 0.0  # (sentences, k): log P of each beam; one live beam at the start
-        alive = torch.arange(n, device=src.device)  # the sentence of each group of k rows
+        # (sentences, k): log P of each beam; one live beam at the start
+        scores[:, 0] = 0.0
+        # the sentence of each group of k rows
+        alive = torch.arange(n, device=src.device)
         for t in range(1, int(limits.max()) + 1):
             log_p = state.log_probs().view(len(alive), k, -1)  # (sentences, k, V)
             vocab = log_p.size(-1)
@@ -238,7 +245,8 @@ def beam_search(
                     int(token[i, j]),
                 ]
                 finished[alive[i]].append((top[i, j].item() / lp(t, alpha), ids))
-            scores, pick = top.masked_fill(ends, -math.inf).topk(k)  # the k best that go on
+            # the k best that go on
+            scores, pick = top.masked_fill(ends, -math.inf).topk(k)
             done = torch.tensor([len(finished[b]) >= k for b in alive.tolist()], device=src.device)
             going = ~(done | at_limit)  # (sentences,)
             if not going.any():

@@ -56,7 +56,8 @@ def sinusoidal_positional_encoding(
     if d_model % 2:
         raise ValueError(f"d_model must be even to pair sines with cosines, got {d_model}")
     position = torch.arange(max_len, dtype=torch.float64).unsqueeze(1)  # (max_len, 1)
-    omega = 10000.0 ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)  # (d_model/2,)
+    # (d_model/2,)
+    omega = 10000.0 ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
     angles = position * omega  # (max_len, d_model/2)
     pe = torch.empty(max_len, d_model, dtype=torch.float64)
     pe[:, 0::2] = torch.sin(angles)
@@ -83,7 +84,8 @@ class PositionalEncoding(nn.Module):
                 f"sequence reaches position {end}, but max_len is {self.max_len}; "
                 f"shorten the input or build the model with a larger max_len"
             )
-        return self.dropout(x + self.pe[start:end])  # (seq, d_model) broadcasts over batch
+        # (seq, d_model) broadcasts over batch
+        return self.dropout(x + self.pe[start:end])
 
 
 class TransformerEmbedding(nn.Module):
@@ -95,7 +97,6 @@ class TransformerEmbedding(nn.Module):
         self.token = TokenEmbedding(vocab_size, d_model)
         self.position = PositionalEncoding(d_model, max_len, dropout)
 
-    def forward(
-        self, ids: Tensor, start: int = 0
-    ) -> Tensor:  # (batch, seq) -> (batch, seq, d_model)
+    # (batch, seq) -> (batch, seq, d_model)
+    def forward(self, ids: Tensor, start: int = 0) -> Tensor:
         return self.position(self.token(ids), start)

@@ -186,7 +186,8 @@ def translate(
     out = [""] * len(ids)
     for batch in tqdm(batches, unit="batch", **({"disable": True} if len(batches) < 2 else {})):
         rows = [torch.tensor(ids[i][: c.max_len]) for i in batch]
-        src = pad_sequence(rows, batch_first=True, padding_value=c.pad_id).to(device)  # (b, S)
+        # (b, S)
+        src = pad_sequence(rows, batch_first=True, padding_value=c.pad_id).to(device)
         ends = tokenizer.bos_id, tokenizer.eos_id
         if decoding.beam_size == 1:
             hyps = greedy_decode(model, src, max_len, *ends).tolist()

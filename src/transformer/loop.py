@@ -74,9 +74,9 @@ def log_point(run: Run, sums: LogSums, lr: float, since: float, final: bool) -> 
             else "no checkpoint was written yet"
         )
         raise FloatingPointError(
-            f"training stopped at step {first_bad}: the loss is {loss_sum / steps}; the weights "
-            f"were not updated; {kept}. Lower the learning rate (lr_factor) or lengthen the "
-            "warm-up, then resume"
+            f"training stopped at step {first_bad}: the loss is {loss_sum / steps}; "
+            f"the weights were not updated; {kept}. Lower the learning rate "
+            "(lr_factor) or lengthen the warm-up, then resume"
         )
     cfg, record = run.cfg, {}
     if run.step % cfg.log_every == 0 or final:
@@ -129,10 +129,8 @@ class StopSignals:
     def note(self, signum: int, frame) -> None:
         if self.signum:  # os-level write: safe even if the handler interrupted a print
             name = signal.Signals(signum).name
-            os.write(
-                2,
-                f"{name} again: already stopping, the checkpoint is being saved\n".encode(),
-            )
+            note = f"{name} again: already stopping, the checkpoint is being saved\n"
+            os.write(2, note.encode())
         self.signum = self.signum or signum
 
     def __exit__(self, *exc) -> None:
@@ -174,7 +172,8 @@ def run_steps(run: Run, total: float) -> dict:
             for batch in run.data:
                 lr = run.optimizer.param_groups[0]["lr"]
                 args = (cfg.label_smoothing, cfg.clip, amp_dtype)
-                if cfg.cuda_graphs:  # this step's graph may reuse the memory of the last one's
+                if cfg.cuda_graphs:
+                    # this step's graph may reuse the memory of the last one's
                     torch.compiler.cudagraph_mark_step_begin()
                 loss = train_step(run.wrapped_model, batch, run.optimizer, run.scheduler, *args)
                 run.step += 1
@@ -184,12 +183,14 @@ def run_steps(run: Run, total: float) -> dict:
                 at_log = run.step % cfg.log_every == 0
                 if at_log or (signals.signum and run.world_size == 1):
                     run.stopped_by = stop_reason(run, signals.signum)
-                    total = run.step if run.stopped_by else total  # this step is the last
+                    if run.stopped_by:
+                        total = run.step  # this step is the last
                 cadences = (cfg.log_every, cfg.eval_every, cfg.save_every)
                 if run.step == total or any(run.step % n == 0 for n in cadences):
                     paused = time.perf_counter()
                     new = log_point(run, sums, lr, clock, final=run.step == total)
-                    if "loss" in new:  # new sums start; evaluation and saving never count
+                    # new sums start here; evaluation and saving never count
+                    if "loss" in new:
                         clock, record = time.perf_counter(), new
                         postfix = dict(
                             loss=f"{new['loss']:.3f}",
@@ -226,8 +227,9 @@ def train(cfg: TrainConfig, started: float | None = None) -> dict:
         last = run_steps(run, total)
         if run.rank == 0 and run.stopped_by in STOP_SIGNALS:
             print(
-                f"stopped by {run.stopped_by} at step {run.step}, saved in {run.latest}; to go "
-                "on, run the same command with --resume (in Python: resume=True)",
+                f"stopped by {run.stopped_by} at step {run.step}, saved in "
+                f"{run.latest}; to go on, run the same command with --resume (in "
+                "Python: resume=True)",
                 file=sys.stderr,
             )
         return {

@@ -131,7 +131,8 @@ def check_decode_inputs(
     cache."""
     start = 0 if cache is None else cache.length
     check_input_ids("target", tgt_in, c.tgt_vocab_size, c.max_len, start, values=values)
-    check_input_ids("source", src, c.src_vocab_size, c.max_len, values=False)  # its shape
+    # its shape
+    check_input_ids("source", src, c.src_vocab_size, c.max_len, values=False)
     check_memory(tgt_in, memory, src, c.d_model)
     if cache is not None:
         check_cache(cache, c.n_layers, tgt_in)

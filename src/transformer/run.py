@@ -47,13 +47,15 @@ class Run:
     data: Buckets  # training batches: this rank's share
     val_data: Buckets
     model: Transformer
-    wrapped_model: nn.Module  # what the steps call: the model in DDP, compiled, as cfg says
+    # what the steps call: the model in DDP, compiled, as cfg says
+    wrapped_model: nn.Module
     optimizer: torch.optim.Adam
     scheduler: LambdaLR
     step: int = 0
     wall_before: float = 0.0  # seconds spent in earlier sessions of a resumed run
     started: float = field(default_factory=time.perf_counter)
-    stopped_by: str | None = None  # what ended the run early: SIGINT, SIGTERM or max_seconds
+    # what ended the run early: SIGINT, SIGTERM or max_seconds
+    stopped_by: str | None = None
 
     @property
     def out(self) -> Path:
@@ -100,7 +102,8 @@ def load_buckets(
     rank: int,
     world_size: int,
 ) -> tuple[Buckets, Buckets]:
-    """This rank's share of the training pairs, and all validation pairs, on the device."""
+    """The training pairs (this rank's share) and the validation pairs, on the
+    device."""
     budget = cfg.token_budget or PRESETS[cfg.preset].token_budget
     pairs = {s: load_pairs(s, cfg.src, cfg.tgt, max_len, tokenizer) for s in ("train", "val")}
     V = tokenizer.vocab_size
@@ -136,7 +139,8 @@ def start_run(
     now)."""
     if not cfg.resume:
         check_fresh(Path(cfg.out))
-    tokenizer = multi30k_tokenizer(cfg.vocab_size, (cfg.src, cfg.tgt))  # the pair's vocabulary
+    # the language pair's vocabulary
+    tokenizer = multi30k_tokenizer(cfg.vocab_size, (cfg.src, cfg.tgt))
     model_cfg = model_config(cfg, tokenizer.vocab_size)
     data, val_data = load_buckets(cfg, tokenizer, model_cfg.max_len, device, rank, world_size)
     torch.manual_seed(cfg.seed)  # the same initial weights on every rank

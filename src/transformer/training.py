@@ -47,7 +47,7 @@ def label_smoothed_loss(
 
 # %% ../../notebooks/11_training.ipynb #a436a07d
 def noam_lr(step: int, d_model: int, warmup: int, factor: float = 1.0) -> float:
-    """The Noam schedule: linear warm-up for `warmup` steps, then decay as 1/sqrt(step)."""
+    """The Noam schedule: a linear warm-up for `warmup` steps, then 1/sqrt(step)."""
     if step < 1 or warmup < 1:
         raise ValueError(f"step and warmup count from 1, got step={step}, warmup={warmup}")
     return factor * d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
@@ -116,7 +116,8 @@ def evaluate_loss(
     The sums stay on the device; the host reads them once, at the end."""
     model.eval()
     device = next(model.parameters()).device
-    total = torch.zeros(2, dtype=torch.float64, device=device)  # loss sum, target tokens
+    # the loss sum and the target tokens
+    total = torch.zeros(2, dtype=torch.float64, device=device)
     for batch in batches:
         with torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
             logits = model(batch.src, batch.tgt_in)  # (batch, T, vocab)
@@ -137,7 +138,10 @@ class Preset(NamedTuple):
 
 
 PRESETS = {
-    "tiny": Preset(dict(d_model=64, n_heads=4, d_ff=256, n_layers=2), 200, 1000),  # a CPU
+    # a CPU
+    "tiny": Preset(dict(d_model=64, n_heads=4, d_ff=256, n_layers=2), 200, 1000),
+    # one GPU, a short run
     "small": Preset(dict(d_model=256, n_heads=8, d_ff=1024, n_layers=3), 1000, 8000),
-    "base": Preset(dict(d_model=512, n_heads=8, d_ff=2048, n_layers=6), 4000, 25000),  # paper
+    # the paper's base model
+    "base": Preset(dict(d_model=512, n_heads=8, d_ff=2048, n_layers=6), 4000, 25000),
 }
