@@ -390,10 +390,21 @@ def test_switching_direction_while_translating(page, pretrained):
     and translates the other way next."""
     page.select_option(f"#{ID} select[name=direction]", "en-de")
     page.fill(f"#{ID} textarea", " ".join(["A dog runs through the snow."] * 30))
-    page.click(f"#{ID} button[name=translate]")
-    assert page.evaluate(f"document.getElementById('{ID}').dataset.state") == "running"
-    page.select_option(f"#{ID} select[name=direction]", "de-en")
-    assert page.evaluate(f"document.getElementById('{ID}').dataset.state") == "idle"
+    # the click and the switch in one task of the page, so that the translation is surely
+    # still running when the direction changes, whatever the machine's speed
+    states = page.evaluate(
+        f"""() => {{
+        const root = document.getElementById('{ID}');
+        root.querySelector('button[name=translate]').click();
+        const before = root.dataset.state;
+        const menu = root.querySelector('select[name=direction]');
+        menu.value = 'de-en';
+        menu.dispatchEvent(new Event('input', {{bubbles: true}}));
+        menu.dispatchEvent(new Event('change', {{bubbles: true}}));
+        return [before, root.dataset.state];
+    }}"""
+    )
+    assert states == ["running", "idle"]
     sentence = read_sentences("test_2016_flickr", "de")[1]
     shown = ui_translate(page, sentence)
     assert shown["direction"] == "de-en" and shown["lang"] == "en"
