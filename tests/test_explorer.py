@@ -376,7 +376,13 @@ def test_chapter_15_page_shows_the_records(browser, book_html):
     try:
         page = visit.page
         page.wait_for_selector("#cpu-attention rect[data-q]")
-        for index, (direction, records) in enumerate(runs.items()):
+        # the menu lists the directions in the chapter's order: find each by its label
+        labels = page.eval_on_selector_all(
+            "#cpu-attention select[name=direction] option", "options => options.map(o => o.text)"
+        )
+        assert sorted(labels) == sorted(runs)
+        for direction, records in runs.items():
+            index = labels.index(direction)
             longest = max(range(len(records)), key=lambda i: len(records[i]["source"]))
             n_layers = len(records[0]["cross"])
             for sentence in (1, longest):
