@@ -37,12 +37,12 @@ from urllib.parse import urlparse
 import torch
 from playwright.sync_api import sync_playwright
 from train_step import record  # the sibling benchmark's JSON writer
-from transformer.translator_page import translator_html
 
 from transformer.data import read_sentences
 from transformer.devices import describe_device
 from transformer.pretrained import load_pretrained
 from transformer.results import provenance
+from transformer.translator_page import translator_html
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "results" / "benchmarks.json"
