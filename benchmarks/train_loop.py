@@ -1,4 +1,4 @@
-"""Throughput of the real training loop (`transformer.loop.train`), measured in one run.
+"""Throughput of the real training loop (`transformer.training_loop.train`), measured in one run.
 
 The loop runs as users run it, for --steps steps of a preset on Multi30k, with the host reading
 device values only at its log points. The first --warmup steps (compilation, allocator warm-up)
@@ -53,9 +53,9 @@ from transformer.devices import (
     peak_flops,
     resolve_device,
 )
-from transformer.loop import compiled_graphs, run_steps
+from transformer.training_loop import compiled_graphs, run_steps
 from transformer.results import provenance
-from transformer.run import Run, start_run
+from transformer.run_state import Run, start_run
 from transformer.tokenizer import PAD_ID
 from transformer.training import PRESETS, label_smoothed_loss, train_step
 

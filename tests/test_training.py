@@ -21,7 +21,7 @@ from transformer.config import TrainConfig
 from transformer.data import read_sentences
 from transformer.devices import host_reads
 from transformer.evaluation import load_model, tokenizer_of
-from transformer.loop import train
+from transformer.training_loop import train
 from transformer.model import Transformer, TransformerConfig
 from transformer.tokenizer import PAD_ID, UNK_ID
 from transformer.training import (

@@ -43,13 +43,13 @@ def read_checkpoint(path: str | Path) -> dict:
     except (RuntimeError, EOFError, pickle.UnpicklingError) as err:
         raise ValueError(
             f"{path} is not a readable PyTorch checkpoint; pass one written by "
-            "transformer.loop.train"
+            "transformer.training_loop.train"
         ) from err
     missing = [k for k in ("model", "model_config") if not isinstance(ckpt, dict) or k not in ckpt]
     if missing:
         raise ValueError(
             f"{path} holds no {' and no '.join(missing)}; pass a checkpoint written by "
-            "transformer.loop.train"
+            "transformer.training_loop.train"
         )
     return ckpt
 

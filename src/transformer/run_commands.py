@@ -23,11 +23,11 @@ from pathlib import Path
 from . import arguments
 from .config import TrainConfig
 from .devices import resolve_device
-from .loop import STOP_SIGNALS, train
 from .pretrained import WEIGHTS, ship
 from .results import write_result
 from .scoring import record_run
 from .search import search
+from .training_loop import STOP_SIGNALS, train
 
 
 def add_train_parser(commands: argparse._SubParsersAction) -> None:

@@ -28,7 +28,7 @@ from tqdm import tqdm
 
 from .config import TrainConfig
 from .devices import autocast_dtype, setup_distributed
-from .run import Run, save_run, start_run
+from .run_state import Run, save_run, start_run
 from .tokenizer import PAD_ID
 from .training import evaluate_loss, train_step
 
