@@ -12,6 +12,7 @@ package's settings.
 
 import argparse
 import difflib
+import re
 import shutil
 import subprocess
 import sys
@@ -35,6 +36,11 @@ def export(root: Path) -> None:
     lib = root / "src" / "transformer"
     for nb in sorted((root / "notebooks").glob("*.ipynb")):
         nb_export(str(nb), lib_path=str(lib), mod_maker=fresh_module)
+    for module in lib.glob("*.py"):  # nbdev makes one-line imports relative, not wrapped ones
+        text = module.read_text()
+        module.write_text(
+            re.sub(r"^from transformer\.(\w+) import \(", r"from .\1 import (", text, flags=re.M)
+        )
     # the package's settings (100 columns), not the notebooks' (88): imports sorted, then formatted
     ruff = [sys.executable, "-m", "ruff"]
     config = ["--quiet", "--config", str(ROOT / "pyproject.toml")]

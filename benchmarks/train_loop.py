@@ -44,20 +44,19 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 from train_step import record  # the sibling benchmark's JSON writer
 
-from transformer import loop as package_loop
 from transformer.config import TrainConfig, train_argv
 from transformer.devices import (
-    autocast_dtype,
+    compiled_graphs,
     describe_device,
     host_reads,
     peak_flops,
     resolve_device,
 )
-from transformer.training_loop import compiled_graphs, run_steps
 from transformer.results import provenance
 from transformer.run_state import Run, start_run
 from transformer.tokenizer import PAD_ID
 from transformer.training import PRESETS, label_smoothed_loss, train_step
+from transformer.training_loop import run_steps
 
 
 def synchronize(device: torch.device) -> None:
@@ -76,7 +75,7 @@ def planned_batches(run: Run, first: int, last: int) -> list:
 
 def flops_per_shape(run: Run) -> dict[tuple[int, int], int]:
     """FLOPs of one forward and backward pass for each batch shape, counted on a copy."""
-    model, amp_dtype = copy.deepcopy(run.model), autocast_dtype(run.device, run.cfg.amp)
+    model, amp_dtype = copy.deepcopy(run.model), run.amp_dtype
     counts = {}
     for batch in run.data.epoch_batches(0):
         shape = tuple(batch.src.shape)
@@ -104,9 +103,12 @@ def overrides(assignments: list[str]) -> dict:
     return changes
 
 
-def run_loop(cfg: TrainConfig, warmup: int) -> dict:
-    """Train cfg.max_steps steps through run_steps; rates over the steps after `warmup`."""
+def run_loop(cfg: TrainConfig, warmup: int, cpu_bf16: bool) -> dict:
+    """Train cfg.max_steps steps through run_steps; rates over the steps after `warmup`.
+    `cpu_bf16`: bf16 autocast, which the run decided against on a CPU."""
     run = start_run(cfg, device=resolve_device(cfg.device))
+    if cpu_bf16:
+        run.amp_dtype = torch.bfloat16
     batches = planned_batches(run, warmup, cfg.max_steps)
     flops = flops_per_shape(run)
     run_steps(run, warmup)  # compiles and warms up; a log point ends it
@@ -129,7 +131,6 @@ def run_loop(cfg: TrainConfig, warmup: int) -> dict:
 def bare_steps(run: Run, first: int, last: int) -> float:
     """Seconds of train_step alone on batches first..last of epoch 0, with no loop around it."""
     batches = planned_batches(run, first, last)
-    amp_dtype = autocast_dtype(run.device, run.cfg.amp)
     synchronize(run.device)
     start = time.perf_counter()
     for batch in batches:
@@ -138,7 +139,7 @@ def bare_steps(run: Run, first: int, last: int) -> float:
             batch,
             run.optimizer,
             run.scheduler,
-            autocast_dtype=amp_dtype,
+            autocast_dtype=run.amp_dtype,
         )
     synchronize(run.device)
     return time.perf_counter() - start
@@ -180,9 +181,6 @@ def main() -> None:
     parser.add_argument("--set", action="append", default=[], help="FIELD=VALUE of TrainConfig")
     parser.add_argument("--cpu-bf16", action="store_true", help="bf16 autocast on the CPU")
     args = parser.parse_args()
-    if args.cpu_bf16:  # the loop, and bare_steps below, ask autocast_dtype which dtype to use
-        global autocast_dtype
-        autocast_dtype = package_loop.autocast_dtype = lambda device, amp=True: torch.bfloat16
     big = 10**9  # log points: only at the end of each run() call
     with tempfile.TemporaryDirectory() as tmp:
         cfg = TrainConfig(
@@ -197,7 +195,7 @@ def main() -> None:
             save_every=big,
             **overrides(args.set),
         )
-        loop = run_loop(cfg, args.warmup)
+        loop = run_loop(cfg, args.warmup, args.cpu_bf16)
         run, device = loop["run"], loop["run"].device
         bare = bare_steps(run, args.warmup, args.steps)
     rate = loop["target_tokens"] / loop["seconds"]
@@ -208,7 +206,7 @@ def main() -> None:
         "changes": overrides(args.set),
         "compile": args.compile,
         "cuda_graphs": args.cuda_graphs,
-        "amp": autocast_dtype(device, True) is not None,  # bf16 autocast
+        "amp": run.amp_dtype is not None,  # bf16 autocast
         "steps_timed": loop["steps"],
         "loss_of_timed_steps": round(loop["loss"], 4),  # same seed: comparable across options
         "target_tokens_per_s": round(rate, 1),
@@ -221,7 +219,7 @@ def main() -> None:
         "loop_over_bare_step": round(bare / loop["seconds"], 3),
         "seconds_to_step_10": round(seconds_to_step_10(cfg), 1) if args.startup else None,
     }
-    print(f"preset {args.preset} on {describe_device(device)}, autocast {autocast_dtype(device)}")
+    print(f"preset {args.preset} on {describe_device(device)}, autocast {run.amp_dtype}")
     for key, value in result.items():
         print(f"{key:>22}: {value}")
     if args.json:

@@ -1,3 +1,4 @@
+import fcntl
 import inspect
 import os
 import shutil
@@ -6,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from playwright.sync_api import sync_playwright
 
 from transformer.data import read_sentences
@@ -17,6 +19,14 @@ INSTALL_HINT = (
     "(`sudo apt-get install chromium`; `bash .ci/run` does this itself), or point CHROMIUM_PATH "
     "at a Chromium or Chrome executable."
 )
+
+
+def pytest_configure(config):
+    """Every test runs torch on one thread, and so do the commands and notebook kernels it
+    starts (they inherit OMP_NUM_THREADS). The models tested are small: on a few cores they
+    run fastest on one thread, and pytest-xdist runs one test file per core beside it."""
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 
 @pytest.fixture(scope="session")
@@ -72,18 +82,35 @@ def browser():
 
 @pytest.fixture(scope="session")
 def book_html(tmp_path_factory) -> Path:
-    """The book built strictly from the sources as they are now, once per test session, into a
-    temporary folder; BOOK_HTML=_build/html checks an existing build instead."""
+    """The book built strictly from the sources as they are now, once per test run, into a
+    temporary folder; BOOK_HTML=_build/html checks an existing build instead. Under
+    pytest-xdist the workers share one build: the first to ask builds it while holding a
+    lock, the others wait on the lock and read the result."""
     if existing := os.environ.get("BOOK_HTML"):
         html = Path(existing).resolve()
         assert (html / "index.html").is_file(), f"BOOK_HTML={existing} holds no built book"
         return html
-    out = tmp_path_factory.mktemp("book")
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent  # the run's folder, above each worker's own
+    out, log = shared / "book", shared / "book.log"
+    with open(shared / "book.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not log.exists():
+            log.write_text(build_book(out))
+    html = out / "_build" / "html"
+    assert (html / "index.html").is_file(), (
+        "the strict book build failed:\n" + log.read_text()[-6000:]
+    )
+    return html
+
+
+def build_book(out: Path) -> str:
+    """Build the book strictly into `out`; return the build's output."""
     jupyter_book = Path(sys.executable).with_name("jupyter-book")
     command = [str(jupyter_book) if jupyter_book.exists() else "jupyter-book", "build", str(ROOT)]
     command += ["-W", "-n", "--keep-going", "--path-output", str(out)]
     result = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
-    assert result.returncode == 0, (
-        "the strict book build failed:\n" + (result.stdout + result.stderr)[-6000:]
-    )
-    return out / "_build" / "html"
+    if result.returncode != 0:
+        shutil.rmtree(out / "_build" / "html", ignore_errors=True)  # no half a book
+    return result.stdout + result.stderr

@@ -23,10 +23,12 @@ How it works
   built page.
 - Every chapter page carries launch buttons that open that very notebook on Colab and on Binder
   (JupyterLab), built from the repository in _config.yml.
-- A full-page screenshot of every page goes to `_build/screenshots/` (ignored by git; CI keeps
-  it as an artifact).
+- Under CI=true, a full-page screenshot of every page goes to `_build/screenshots/` (ignored
+  by git; CI keeps it as an artifact). Nothing is asserted on it, and it takes about half of
+  a page's time, so a run without CI skips it.
 """
 
+import os
 import re
 import socket
 import subprocess
@@ -103,6 +105,9 @@ class Visit:
             self.errors.append(f"console.error: {message.text}" + (f" ({where})" if where else ""))
 
     def screenshot(self, name: str) -> None:
+        """A full-page screenshot for CI's artifact; none outside CI (the module docstring)."""
+        if not os.environ.get("CI"):
+            return
         target = SCREENSHOTS / f"{name}.png"
         target.parent.mkdir(parents=True, exist_ok=True)
         self.page.screenshot(path=str(target), full_page=True)

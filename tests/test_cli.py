@@ -10,9 +10,10 @@ import torch
 
 from transformer import evaluation, results
 from transformer.arguments import decoding_of
+from transformer.checkpoints import lock_run_folder
 from transformer.cli import build_parser, main
 from transformer.config import TrainConfig, train_argv
-from transformer.evaluation import Decoding
+from transformer.decoding import Decoding
 from transformer.results import load_results, missing_keys, train_command
 from transformer.search import read_grid, read_trials
 
@@ -83,7 +84,7 @@ def test_torchrun_two_cpu_processes_with_gloo(tmp_path):
     command += ["-m", "transformer", "train", "--preset", "tiny", "--max-steps", "6", "--device"]
     command += ["cpu", "--token-budget", "300", "--log-every", "2", "--eval-every", "6"]
     command += ["--save-every", "3", "--out", str(out)]
-    env = os.environ | {"TQDM_DISABLE": "1", "OMP_NUM_THREADS": "1"}
+    env = os.environ | {"TQDM_DISABLE": "1"}
     done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
@@ -174,6 +175,11 @@ def test_the_decoding_flags_are_the_fields_of_decoding():
     assert names == {"average", "beam_size", "alpha"}
     ship = build_parser().parse_args(["ship", "run", "--alpha", "1.5"])
     assert {name: getattr(ship, name) for name in names} == asdict(Decoding(alpha=1.5))
+    # without flags, Decoding's defaults; translate and evaluate load one checkpoint by default
+    for command in (["record", "run", "--out", "x"], ["ship", "run"]):
+        assert decoding_of(build_parser().parse_args(command)) == Decoding()
+    for command in (["translate", "--model", "en-de"], ["evaluate", "--model", "de-en"]):
+        assert decoding_of(build_parser().parse_args(command)) == Decoding(average=1)
 
 
 def test_alpha_reaches_beam_search(tiny_run, tmp_path, monkeypatch, beam_alphas):
@@ -235,7 +241,7 @@ def test_torchrun_ranks_stop_together_at_max_seconds(tmp_path):
     command += ["-m", "transformer", "train", "--preset", "tiny", "--max-steps", "1000"]
     command += ["--max-seconds", "0.5", "--device", "cpu", "--token-budget", "300"]
     command += ["--log-every", "3", "--out", str(out)]
-    env = os.environ | {"TQDM_DISABLE": "1", "OMP_NUM_THREADS": "1"}
+    env = os.environ | {"TQDM_DISABLE": "1"}
     done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     summaries = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
@@ -279,7 +285,7 @@ def test_the_gpu_grids_are_valid(tmp_path):
         assert configs and set(configs) == set(changes) and decodings
 
 
-def test_search_records_every_trial_and_resumes(tmp_path, capsys):
+def test_search_records_every_trial_and_resumes(tmp_path, capsys, monkeypatch):
     grid = write_grid(
         tmp_path / "grid.json",
         trials={
@@ -291,7 +297,11 @@ def test_search_records_every_trial_and_resumes(tmp_path, capsys):
     )
     out, runs = tmp_path / "trials.jsonl", tmp_path / "runs"
     argv = ["search", grid, "--out", str(out), "--runs", str(runs), "--max-sentences", "4"]
+    load, asked = evaluation.load_multi30k, []  # the pairs that scoring translates
+    monkeypatch.setattr(evaluation, "load_multi30k", lambda *a: asked.append(a) or load(*a))
     assert main(argv) == 0
+    # the two trials that trained, scored on val only: the search tunes on it, never on a test set
+    assert asked == [("val", "en", "de")] * 2
     trials = read_trials(out)
     assert [(t["trial"], "failed" in t) for t in trials] == [
         ("tiny", False),
@@ -311,6 +321,19 @@ def test_search_records_every_trial_and_resumes(tmp_path, capsys):
     assert "fewer than the 3 to average" in capsys.readouterr().out
     assert main(argv) == 0  # every trial is in the file: nothing runs again
     assert read_trials(out) == trials
+
+
+def test_a_second_search_into_one_runs_folder_is_refused_at_once(tmp_path, capsys):
+    """A search holds its runs folder's lock: here this process holds it, through another
+    open file, so the search must stop before it trains, removes or records anything."""
+    grid = write_grid(tmp_path / "grid.json", trials={"tiny": {}}, decoding=[{}])
+    out, runs = tmp_path / "trials.jsonl", tmp_path / "runs"
+    (runs / "tiny").mkdir(parents=True)  # a trial folder the first search is training
+    with lock_run_folder(runs):
+        assert main(["search", grid, "--out", str(out), "--runs", str(runs)]) == 1
+    busy = f"{runs} is being written by another process (PID {os.getpid()})"
+    assert busy in capsys.readouterr().err
+    assert (runs / "tiny").is_dir() and not out.exists()
 
 
 def test_provenance_without_git_reads_what_pack_noted(monkeypatch):

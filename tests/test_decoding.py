@@ -1,6 +1,8 @@
+import inspect
 import itertools
 import math
 from collections import Counter
+from dataclasses import asdict
 
 import pytest
 import torch
@@ -8,7 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
-from transformer.decoding import beam_search, greedy_decode, length_limits, lp
+from transformer.decoding import Decoding, beam_search, greedy_decode, length_limits, lp
 from transformer.devices import host_reads
 from transformer.model import Transformer, TransformerConfig
 
@@ -129,6 +131,36 @@ def test_memory_keys_and_values_are_projected_once_per_sentence(search):
         search(model, src, max_len=12, eos_id=None, use_cache=False)
     assert one_step.count == twelve_steps.count == model.config.n_layers  # K and V in one product
     assert recomputed.count == 12 * model.config.n_layers  # the check can fail
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"beam_size": 0}, "beam_size must be a positive integer, got 0"),
+        ({"beam_size": True}, "beam_size must be a positive integer, got True"),
+        ({"average": 2.0}, "average must be a positive integer, got 2.0"),
+        ({"alpha": -0.1}, "alpha, the length penalty exponent, must be >= 0, got -0.1"),
+        ({"alpha": "0.6"}, "alpha, the length penalty exponent, must be >= 0, got '0.6'"),
+        ({"alpha": float("nan")}, "alpha, the length penalty exponent, must be >= 0, got nan"),
+    ],
+)
+def test_a_bad_decoding_is_refused(fields, message):
+    with pytest.raises(ValueError, match=message):
+        Decoding(**fields)
+
+
+def test_decoding_defaults_are_the_papers():
+    assert asdict(Decoding()) == {"average": 5, "beam_size": 4, "alpha": 0.6}
+
+
+def test_decoding_is_the_one_home_of_the_defaults():
+    """beam_search and lp take their defaults from Decoding, and beam_search checks its beam
+    size and alpha by building one (the messages above)."""
+    defaults = Decoding()
+    beam = inspect.signature(beam_search).parameters
+    assert beam["beam_size"].default == defaults.beam_size
+    assert beam["alpha"].default == inspect.signature(lp).parameters["alpha"].default
+    assert beam["alpha"].default == defaults.alpha
 
 
 def test_length_penalty_values():

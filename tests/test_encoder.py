@@ -154,12 +154,20 @@ def test_the_three_dropouts_reach_their_modules():
     assert layer.self_attn.dropout == 0.0  # on the attention weights
     assert layer.feed_forward.dropout.p == 0.2  # on the hidden layer
     assert layer.attn_residual.dropout.p == layer.ff_residual.dropout.p == 0.3  # on the outputs
-    with pytest.raises(ValueError, match="activation_dropout must lie in"):
-        StackConfig(activation_dropout=1.0)
 
 
+@pytest.mark.parametrize("name", ["dropout", "attention_dropout", "activation_dropout"])
+@pytest.mark.parametrize("bad", [-0.1, 1.0])
+def test_dropouts_must_lie_in_0_1(name, bad):
+    """The config checks the three rates once; the layers built from it trust them."""
+    with pytest.raises(ValueError, match=rf"{name} must lie in \[0, 1\), got {bad}"):
+        StackConfig(**{name: bad})
+
+
+@pytest.mark.parametrize("name", StackConfig.positive_ints)
 @pytest.mark.parametrize("bad", [0, -1, 2.0, True, "512"])
-def test_sizes_must_be_positive_integers(bad):
-    """A bool is refused too, although Python counts it as an int."""
-    with pytest.raises(ValueError, match=rf"d_ff must be a positive integer, got {bad!r}"):
-        StackConfig(d_ff=bad)
+def test_sizes_must_be_positive_integers(name, bad):
+    """The config is where a stack's sizes are checked (the layers trust them). A bool is
+    refused too, although Python counts it as an int."""
+    with pytest.raises(ValueError, match=rf"{name} must be a positive integer, got {bad!r}"):
+        StackConfig(**{name: bad})

@@ -7,14 +7,15 @@ from sacrebleu.metrics import BLEU
 
 from transformer import evaluation
 from transformer.attention_maps import attention_maps, attention_weights
-from transformer.checkpoints import save_checkpoint
+from transformer.checkpoints import save_checkpoint, save_step
 from transformer.data import load_multi30k
+from transformer.decoding import Decoding
 from transformer.evaluation import (
-    Decoding,
     average_checkpoints,
     corpus_bleu,
     evaluate_split,
     load_model,
+    load_run,
     translate,
 )
 from transformer.model import Transformer, TransformerConfig
@@ -107,6 +108,32 @@ def test_load_model_errors(tmp_path):
         load_model(tmp_path / "invalid.pt")
 
 
+def test_load_run_averages_the_last_checkpoints_of_a_run_folder(tmp_path):
+    """A run folder as train leaves it (step checkpoints, the newest 3 kept): load_run averages
+    its last `average`, or loads one checkpoint file as it is (paper section 6.1)."""
+    run = tmp_path / "run"
+    for step in (1, 2, 3, 4):
+        state = torch.load(write_checkpoint(tmp_path / f"{step}.pt", seed=step), weights_only=True)
+        save_step(run, step, state, keep=3)
+    steps = [run / "checkpoints" / f"step_{s:07d}.pt" for s in (2, 3, 4)]
+    for average in (1, 2, 3):
+        model, ckpt = load_run(run, average)
+        want = average_checkpoints(steps[-average:])
+        assert all(torch.equal(model.state_dict()[k], v) for k, v in want.items())
+        assert ckpt["step"] == 4 and not model.training
+    model, _ = load_run(steps[0], 1)  # a file, as it is
+    src, tgt = torch.randint(4, 40, (2, 5)), torch.randint(4, 40, (2, 4))
+    assert torch.equal(model(src, tgt), load_model(steps[0])[0](src, tgt))
+    with pytest.raises(ValueError, match="keeps 3 step checkpoints, fewer than the 4 to average"):
+        load_run(run, 4)
+    with pytest.raises(ValueError, match="averaging 2 checkpoints needs a run folder"):
+        load_run(steps[0], 2)
+    with pytest.raises(FileNotFoundError, match="no checkpoint at .*neither a file nor a run"):
+        load_run(tmp_path / "nowhere", 1)
+    with pytest.raises(ValueError, match="average must be a positive integer, got 0"):
+        load_run(run, 0)
+
+
 @pytest.fixture(scope="module")
 def tokenizer():
     """The shared Multi30k tokenizer (needs the corpus: MULTI30K_DIR or network)."""
@@ -176,26 +203,6 @@ def test_bleu_wrapper_matches_sacrebleu():
         corpus_bleu(hyps, refs[:2])
     with pytest.raises(ValueError, match="at least one pair"):
         corpus_bleu([], [])
-
-
-@pytest.mark.parametrize(
-    ("fields", "message"),
-    [
-        ({"beam_size": 0}, "beam_size must be a positive integer, got 0"),
-        ({"beam_size": True}, "beam_size must be a positive integer, got True"),
-        ({"average": 2.0}, "average must be a positive integer, got 2.0"),
-        ({"alpha": -0.1}, "alpha, the length penalty exponent, must be >= 0, got -0.1"),
-        ({"alpha": "0.6"}, "alpha, the length penalty exponent, must be >= 0, got '0.6'"),
-        ({"alpha": float("nan")}, "alpha, the length penalty exponent, must be >= 0, got nan"),
-    ],
-)
-def test_a_bad_decoding_is_refused(fields, message):
-    with pytest.raises(ValueError, match=message):
-        Decoding(**fields)
-
-
-def test_decoding_defaults_are_the_papers():
-    assert asdict(Decoding()) == {"average": 5, "beam_size": 4, "alpha": 0.6}
 
 
 def test_alpha_reaches_beam_search(tokenizer, beam_alphas):

@@ -140,10 +140,3 @@ def test_parameter_count_of_the_base_network():
     base = FeedForward(512, 2048)
     assert sum(p.numel() for p in base.parameters()) == 2 * 512 * 2048 + 2048 + 512
     assert base.linear1.weight.shape == (2048, 512) and base.linear2.weight.shape == (512, 2048)
-
-
-def test_bad_settings_get_a_clear_error():
-    with pytest.raises(ValueError, match="dropout"):
-        FeedForward(D_MODEL, D_FF, dropout=1.0)
-    with pytest.raises(ValueError, match="positive"):
-        FeedForward(D_MODEL, 0)

@@ -10,9 +10,18 @@ import zipfile
 
 import numpy as np
 import pytest
+import torch
 
 from transformer.explorer import explore
-from transformer.pretrained import MANIFEST, WEIGHTS, load_pretrained, read_manifest
+from transformer.model import Transformer, TransformerConfig
+from transformer.pretrained import (
+    MANIFEST,
+    WEIGHTS,
+    load_pretrained,
+    pack_weights,
+    read_manifest,
+    unpack_weights,
+)
 from transformer.results import load_results
 from transformer.scoring import attention_record
 
@@ -59,6 +68,28 @@ def test_explore_computes_the_attention_of_the_shipped_model(shipped):
     assert explore([shipped], {shipped.direction: sentences}, "live").html == shown.html
     with pytest.raises(ValueError, match=f"no sentences for '{shipped.direction}'; given: xx-yy"):
         explore([shipped], {"xx-yy": sentences})
+
+
+def test_int8_rows_keep_each_rows_largest_weight():
+    """eq. int8-rows: a row's largest |w| packs to the code +-127 (the scale is max |w| / 127)
+    and every weight unpacks within half a step of its row; a scale of max |w| / 128 would
+    make that code 128, which wraps to -128 in int8. Vectors are kept as float16."""
+    torch.manual_seed(0)
+    model = Transformer(TransformerConfig(40, 40, d_model=16, n_heads=2, d_ff=32, n_layers=1))
+    with torch.no_grad():  # rows whose largest weight is negative, positive, or both at once
+        weight = model.encoder.layers[0].feed_forward.linear1.weight  # (32, 16)
+        weight[0], weight[1], weight[2] = -3.0 * weight[0].abs(), weight[1].abs(), 0.5
+    packed, restored = pack_weights(model), unpack_weights(pack_weights(model))
+    for name, w in model.named_parameters():
+        if w.dim() == 1:
+            assert packed[name].dtype == torch.float16
+            continue
+        codes, step = packed[name], packed[f"{name}:scale"].float()  # (rows, cols), (rows, 1)
+        largest = w.abs().argmax(dim=1, keepdim=True)  # (rows, 1)
+        assert codes.dtype == torch.int8
+        assert torch.equal(codes.gather(1, largest).int(), 127 * w.gather(1, largest).sign().int())
+        assert ((restored[name] - w).abs() <= step * 0.5001).all(), name
+        assert torch.allclose(step, w.abs().amax(dim=1, keepdim=True) / 127, rtol=1e-3)
 
 
 @pytest.fixture

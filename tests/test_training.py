@@ -2,10 +2,13 @@ import dataclasses
 import json
 import math
 import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -13,15 +16,21 @@ import torch.nn.functional as F
 from random_data import random_pairs
 from torch import nn
 
-from transformer import loop, training
+from transformer import run_state, training, training_loop
 from transformer.batching import collate
 from transformer.buckets import Buckets
-from transformer.checkpoints import check_config, load_checkpoint, save_checkpoint, step_checkpoints
-from transformer.config import TrainConfig
+from transformer.checkpoints import (
+    RunFolderBusy,
+    check_config,
+    load_checkpoint,
+    lock_run_folder,
+    save_checkpoint,
+    step_checkpoints,
+)
+from transformer.config import TrainConfig, train_argv
 from transformer.data import read_sentences
 from transformer.devices import host_reads
 from transformer.evaluation import load_model, tokenizer_of
-from transformer.training_loop import train
 from transformer.model import Transformer, TransformerConfig
 from transformer.tokenizer import PAD_ID, UNK_ID
 from transformer.training import (
@@ -32,6 +41,7 @@ from transformer.training import (
     noam_lr,
     train_step,
 )
+from transformer.training_loop import train
 
 
 def test_label_smoothing_matches_its_definition_and_torch():
@@ -192,11 +202,39 @@ def test_config_checks():
         TrainConfig(max_seconds=0, attention_dropout=1.0)
 
 
-def test_model_sizes_are_the_presets_with_the_fields_set():
-    small = PRESETS["small"].sizes
-    assert TrainConfig(preset="small", epochs=1).model_sizes() == small
-    four = TrainConfig(preset="small", epochs=1, n_layers=4, d_ff=512).model_sizes()
-    assert four == small | {"n_layers": 4, "d_ff": 512}
+BY_PRESET = ("d_model", "n_heads", "d_ff", "n_layers", "token_budget", "warmup")
+
+
+def test_resolved_fills_in_the_presets_values_and_keeps_the_ones_set():
+    small = PRESETS["small"]
+    cfg = TrainConfig(preset="small", epochs=1, n_layers=4, d_ff=512, warmup=50)
+    resolved = cfg.resolved()
+    assert {k: getattr(resolved, k) for k in small.sizes} == small.sizes | {
+        "n_layers": 4,
+        "d_ff": 512,
+    }
+    assert (resolved.token_budget, resolved.warmup) == (small.token_budget, 50)
+    assert resolved.resolved() == resolved and cfg.d_model is None  # a copy, made once
+    assert resolved.attention_dropout is None  # None that means dropout, not a preset's value
+    assert dataclasses.replace(cfg, preset="base").resolved().d_model == 512
+    assert "--d-model 256" in " ".join(train_argv(resolved))
+
+
+REAL_LOAD_PAIRS, LOADED = run_state.load_pairs, {}
+
+
+@pytest.fixture(autouse=True)
+def corpus_loaded_once(monkeypatch):
+    """The runs trained in this process share the tokenized corpus (its loading is tested in
+    test_batching, and every run through the command line here loads it afresh)."""
+
+    def load_pairs(split, src, tgt, max_len, tokenizer):
+        key = (split, src, tgt, max_len, tokenizer.vocab_size)
+        if key not in LOADED:
+            LOADED[key] = REAL_LOAD_PAIRS(split, src, tgt, max_len, tokenizer)
+        return LOADED[key]
+
+    monkeypatch.setattr(run_state, "load_pairs", load_pairs)
 
 
 def tiny(tmp_path, name: str, **kw) -> TrainConfig:
@@ -280,34 +318,64 @@ def test_a_french_run_trains_and_reloads_with_a_french_vocabulary(tmp_path):
 def train_command(out, steps: int, *extra: str) -> list[str]:
     command = [sys.executable, "-m", "transformer", "train", "--src", "en", "--tgt", "de"]
     command += ["--preset", "tiny", "--max-steps", str(steps), "--seed", "0", "--out", str(out)]
-    return command + ["--token-budget", "400", "--eval-every", "1000", *extra]
+    return command + ["--token-budget", "400", *extra]
 
 
-QUIET = os.environ | {"TQDM_DISABLE": "1"}
+# the processes started here: no progress bars (and one thread, from conftest.py)
+ENV = os.environ | {"TQDM_DISABLE": "1"}
+FLAGS = ("--log-every", "5", "--eval-every", "15", "--save-every", "1000")  # the CLI runs'
 
 
 def cli_train(out, steps: int, *extra: str) -> None:
     done = subprocess.run(
-        train_command(out, steps, *extra), capture_output=True, text=True, env=QUIET
+        train_command(out, steps, *FLAGS, *extra), capture_output=True, text=True, env=ENV
     )
     assert done.returncode == 0, done.stderr
 
 
+def workers(launcher: subprocess.Popen) -> dict[int, int]:
+    """{rank: PID} of the worker processes that torchrun `launcher` started (Linux's /proc:
+    each worker's parent, and its RANK variable)."""
+    found = {}
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            parent = int((proc / "stat").read_text().rpartition(")")[2].split()[1])
+            environ = (proc / "environ").read_bytes().split(b"\0")
+        except (OSError, IndexError, ValueError):  # a process that has just ended
+            continue
+        rank = [v.removeprefix(b"RANK=") for v in environ if v.startswith(b"RANK=")]
+        if parent == launcher.pid and rank:
+            found[int(rank[0])] = int(proc.name)
+    return found
+
+
 def stopped_by(
-    command: list[str], out, signum: int, env=QUIET, times: int = 1
+    command: list[str], out, signum: int, times: int = 1, rank: int | None = None
 ) -> subprocess.CompletedProcess:
-    """Run `command`, send it `signum` (`times` times in a row) once its run has logged a
-    record, and wait for its end."""
-    process = subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
-    )
-    metrics = out / "metrics.jsonl"
-    while process.poll() is None and not (metrics.is_file() and metrics.read_text()):
-        time.sleep(0.02)
-    for _ in range(times):  # apart, so that each is handled on its own
-        process.send_signal(signum)
-        time.sleep(0.3)
-    stdout, stderr = process.communicate(timeout=300)
+    """Run `command`, and once its run has logged a record send `signum` (`times` times in a
+    row) to it, or with `rank` to torchrun's worker of that rank alone; wait for its end."""
+    pipes = dict(stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+    process = subprocess.Popen(command, **pipes)
+    try:
+        metrics = out / "metrics.jsonl"
+        while process.poll() is None and not (metrics.is_file() and metrics.read_text()):
+            time.sleep(0.02)
+        pid = process.pid if rank is None else workers(process)[rank]
+        for _ in range(times):  # apart, so that each is handled on its own
+            os.kill(pid, signum)
+            time.sleep(0.3)
+        try:
+            stdout, stderr = process.communicate(timeout=120)
+        except subprocess.TimeoutExpired:  # killed below
+            pytest.fail(
+                "the run went on for 120 s after the signal (under torchrun: ranks that"
+                " disagree about stopping wait for each other)"
+            )
+    finally:
+        if process.poll() is None:  # end it, and torchrun's workers (in sessions of their own)
+            for pid in [*workers(process).values(), process.pid]:
+                os.kill(pid, signal.SIGKILL)
+            process.communicate()
     return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
 
 
@@ -330,9 +398,9 @@ def assert_resumed_exactly(straight, stopped, log_every: int) -> None:
 
 @pytest.fixture(scope="module")
 def straight_run(tmp_path_factory):
-    """80 steps of the tiny preset, uninterrupted, through the command line."""
+    """40 steps of the tiny preset, uninterrupted, through the command line (FLAGS)."""
     out = tmp_path_factory.mktemp("straight") / "run"
-    cli_train(out, 80, "--log-every", "5", "--save-every", "1000")
+    cli_train(out, 40)
     return out
 
 
@@ -343,38 +411,38 @@ def test_a_signal_saves_the_step_it_stopped_at_and_the_resume_is_exact(
     tmp_path, straight_run, signum, status, times
 ):
     """SIGTERM once; SIGINT twice, as an impatient Ctrl-C: the second is noted and ignored."""
-    out, flags = tmp_path / "stopped", ("--log-every", "5", "--save-every", "1000")
-    done = stopped_by(train_command(out, 80, *flags), out, signum, times=times)
+    out = tmp_path / "stopped"
+    done = stopped_by(train_command(out, 40, *FLAGS), out, signum, times=times)
     assert done.returncode == status, done.stderr[-3000:]
     last, ckpt = records(out)[-1], load_checkpoint(out / "checkpoints/latest.pt")
     name = signal.Signals(signum).name
     assert last["stopped_by"] == name and "val_loss" in last
-    assert ckpt["step"] == last["step"] < 80  # only the stop saved (save_every is 1000)
+    assert ckpt["step"] == last["step"] < 40  # only the stop saved (save_every is 1000)
     assert f"stopped by {name} at step {last['step']}" in done.stderr and "--resume" in done.stderr
     assert ("again: already stopping" in done.stderr) == (times > 1)
-    cli_train(out, 80, *flags, "--resume")
+    cli_train(out, 40, "--resume")
     assert_resumed_exactly(straight_run, out, 5)
 
 
-def test_torchrun_ranks_stop_together_on_a_signal_and_resume_exactly(tmp_path):
-    """torchrun passes SIGTERM on to both processes (and exits 1 itself); the ranks agree at the
-    next log point, rank 0 saves that step, and the resumed run equals an uninterrupted one."""
+def test_torchrun_ranks_stop_together_when_one_of_them_gets_a_signal(tmp_path):
+    """SIGTERM reaches rank 1 alone (torchrun would pass its own on to both): rank 0 learns of it
+    only through the ranks' agreement at the next log point, and stops at the same step; rank 0
+    saves that step, and the resumed run equals an uninterrupted one."""
     launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
-    flags = ("--device", "cpu", "--log-every", "4", "--save-every", "1000")
-    env = QUIET | {"OMP_NUM_THREADS": "1"}
+    flags = ("--device", "cpu", "--log-every", "4", "--eval-every", "1000", "--save-every", "1000")
     straight, stopped = tmp_path / "straight", tmp_path / "stopped"
 
     def ddp(out, *extra: str) -> None:
-        command = launcher + train_command(out, 40, *flags, *extra)[1:]
-        done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+        command = launcher + train_command(out, 24, *flags, *extra)[1:]
+        done = subprocess.run(command, capture_output=True, text=True, env=ENV, timeout=240)
         assert done.returncode == 0, done.stderr[-3000:]
 
     ddp(straight)
-    command = launcher + train_command(stopped, 40, *flags)[1:]
-    done = stopped_by(command, stopped, signal.SIGTERM, env)
-    assert "stopped by SIGTERM" in done.stderr, done.stderr[-3000:]
+    command = launcher + train_command(stopped, 24, *flags)[1:]
+    done = stopped_by(command, stopped, signal.SIGTERM, rank=1)
+    assert "stopped by SIGTERM" in done.stderr, done.stderr[-3000:]  # rank 0 prints it
     last, ckpt = records(stopped)[-1], load_checkpoint(stopped / "checkpoints/latest.pt")
-    assert ckpt["step"] == last["step"] < 40 and last["step"] % 4 == 0
+    assert ckpt["step"] == last["step"] < 24 and last["step"] % 4 == 0
     assert last["stopped_by"] == "SIGTERM" and ckpt["world_size"] == 2
     ddp(stopped, "--resume")
     assert_resumed_exactly(straight, stopped, 4)
@@ -397,22 +465,112 @@ def test_a_damaged_latest_checkpoint_falls_back_to_the_newest_readable_one(tmp_p
         train(tiny(tmp_path, "run", max_steps=10, resume=True))
 
 
-def test_exact_resume_through_the_cli(tmp_path):
-    """30 steps, stop, resume to 60 == 60 steps straight: every logged loss, every validation
+def test_exact_resume_through_the_cli(tmp_path, straight_run):
+    """20 steps, stop, resume to 40 == 40 steps straight: every logged loss, every validation
     loss and the final weights, bit for bit (the same machine, the same process count)."""
-    cli_train(tmp_path / "A", 60, "--log-every", "5", "--eval-every", "20")
-    cli_train(tmp_path / "B", 30, "--log-every", "5", "--eval-every", "20")
-    cli_train(tmp_path / "B", 60, "--log-every", "5", "--eval-every", "20", "--resume")
-    a, b = (records(tmp_path / run) for run in ("A", "B"))
-    assert [r["step"] for r in a] == [r["step"] for r in b] == list(range(5, 61, 5))
+    cli_train(tmp_path / "B", 20)
+    cli_train(tmp_path / "B", 40, "--resume")
+    a, b = records(straight_run), records(tmp_path / "B")
+    assert [r["step"] for r in a] == [r["step"] for r in b] == list(range(5, 41, 5))
     assert [r["loss"] for r in a] == [r["loss"] for r in b]
     val = [{r["step"]: r["val_loss"] for r in run if "val_loss" in r} for run in (a, b)]
-    assert val[0] == {k: val[1][k] for k in (20, 40, 60)}  # B also scored its stop at step 30
-    weights = [load_checkpoint(tmp_path / run / "checkpoints/latest.pt")["model"] for run in "AB"]
+    assert val[0] == {k: val[1][k] for k in (15, 30, 40)}  # B also scored its stop at step 20
+    weights = [
+        load_checkpoint(run / "checkpoints/latest.pt")["model"]
+        for run in (straight_run, tmp_path / "B")
+    ]
     assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
     assert b[-1]["loss"] < b[0]["loss"]
     wall = [r["wall_s"] for r in b]  # the resumed session carries on counting the first one's time
-    assert wall == sorted(wall) and wall[6] > wall[5] > 0
+    assert wall == sorted(wall) and wall[4] > wall[3] > 0
+
+
+HOLD_THE_LOCK = """
+import sys, time
+from transformer.checkpoints import lock_run_folder
+with lock_run_folder(sys.argv[1]):
+    print("locked", flush=True)
+    time.sleep(300)
+"""
+
+
+def test_a_run_folder_has_one_writer_and_a_killed_one_leaves_no_lock(tmp_path):
+    folder = tmp_path / "runs" / "a"  # the lock makes it
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_THE_LOCK, str(folder)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout.readline() == "locked\n"
+        busy = rf"{re.escape(str(folder))} is being written by another process \(PID {holder.pid}\)"
+        with pytest.raises(RunFolderBusy, match=busy), lock_run_folder(folder):
+            pass
+    finally:
+        holder.kill()  # SIGKILL: nothing of the holder's own runs
+        holder.communicate()
+    with lock_run_folder(folder):  # the system dropped the dead holder's lock
+        assert (folder / "writer.lock").read_text() == f"{os.getpid()}\n"
+    with lock_run_folder(folder):  # and the block's end releases it
+        assert isinstance(RunFolderBusy(""), OSError)  # the command line reports it in one line
+
+
+@pytest.fixture(scope="module")
+def raced(tmp_path_factory) -> tuple[Path, list[subprocess.Popen], list[str], list[float]]:
+    """Two `train` commands started together on one folder, the tiny preset as it is (its
+    token budget; 4 steps, a checkpoint every 2): the folder, both processes, their stderr
+    and the seconds each took."""
+    out = tmp_path_factory.mktemp("raced") / "run"
+    command = [sys.executable, "-m", "transformer", "train", "--preset", "tiny", "--out", str(out)]
+    command += ["--max-steps", "4", "--log-every", "1", "--eval-every", "1000", "--save-every", "2"]
+    started = time.perf_counter()
+    pipes = dict(stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=ENV)
+    processes = [subprocess.Popen(command, **pipes) for _ in range(2)]
+    stderr, seconds = [None, None], [0.0, 0.0]
+    while None in stderr:
+        for i, process in enumerate(processes):
+            if stderr[i] is None and process.poll() is not None:
+                seconds[i] = time.perf_counter() - started
+                stderr[i] = process.communicate()[1]
+        time.sleep(0.05)
+    return out, processes, stderr, seconds
+
+
+def test_two_trains_started_together_on_one_folder_only_one_writes(raced):
+    out, processes, stderr, seconds = raced
+    codes = [p.returncode for p in processes]
+    assert sorted(codes) == [0, 1], stderr
+    winner, loser = codes.index(0), codes.index(1)
+    assert seconds[loser] < seconds[winner]  # refused at once, not after the other's run
+    holder = f"{out} is being written by another process (PID {processes[winner].pid})"
+    assert holder in stderr[loser] and "Traceback" not in stderr[loser], stderr[loser]
+    assert [r["step"] for r in records(out)] == [1, 2, 3, 4]  # each step once
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == [
+        "latest.pt",
+        "step_0000002.pt",
+        "step_0000004.pt",
+    ]
+
+
+def test_a_checkpoint_that_holds_the_presets_nones_resumes_exactly(raced, tmp_path):
+    """Checkpoints stored None for a preset's values before TrainConfig.resolved, so a resume
+    resolves the checkpoint's configuration too. Here step 2 of the raced run, made old, is
+    resumed to step 4 in this process: the same records and weights."""
+    out = tmp_path / "old"
+    shutil.copytree(raced[0], out)
+    old = load_checkpoint(out / "checkpoints/step_0000002.pt")
+    assert old["train_config"]["token_budget"] == PRESETS["tiny"].token_budget  # resolved
+    old["train_config"] |= dict.fromkeys(BY_PRESET)  # as older versions wrote it
+    (out / "checkpoints/step_0000004.pt").unlink()
+    save_checkpoint(old, out / "checkpoints/latest.pt")
+    cfg = TrainConfig(
+        preset="tiny", max_steps=4, log_every=1, eval_every=1000, save_every=2, out=str(out)
+    )
+    assert train(dataclasses.replace(cfg, resume=True))["step"] == 4
+    new = load_checkpoint(out / "checkpoints/latest.pt")
+    assert new["train_config"] == dataclasses.asdict(cfg.resolved()) | {"resume": True}
+    a, b = records(raced[0]), records(out)
+    assert [(r["step"], r["loss"]) for r in a] == [(r["step"], r["loss"]) for r in b]
+    weights = load_checkpoint(raced[0] / "checkpoints/latest.pt")["model"]
+    assert all(torch.equal(weights[k], new["model"][k]) for k in weights)
 
 
 def test_the_loop_reads_device_values_only_at_log_points(tmp_path):
@@ -428,14 +586,14 @@ def test_the_loop_reads_device_values_only_at_log_points(tmp_path):
 
 def fake_clock(monkeypatch, seconds_per_step: float) -> None:
     """loop's time.perf_counter advances by `seconds_per_step` at each train_step, else not."""
-    now, real_step = [0.0], loop.train_step
+    now, real_step = [0.0], training_loop.train_step
 
     def step(*args, **kwargs):
         now[0] += seconds_per_step
         return real_step(*args, **kwargs)
 
-    monkeypatch.setattr(loop.time, "perf_counter", lambda: now[0])
-    monkeypatch.setattr(loop, "train_step", step)
+    monkeypatch.setattr(training_loop.time, "perf_counter", lambda: now[0])
+    monkeypatch.setattr(training_loop, "train_step", step)
 
 
 def test_max_seconds_stops_at_the_first_log_point_past_it(tmp_path, monkeypatch):
@@ -459,7 +617,7 @@ def test_tokens_per_second_counts_the_steps_of_the_window_only(tmp_path, monkeyp
     """A fake clock: each training step takes 0.5 s, each evaluation 100 s. The rate must be the
     window's target tokens over its steps' time, with evaluation and saving left out."""
     now = [0.0]
-    real_step, real_eval = loop.train_step, loop.evaluate_loss
+    real_step, real_eval = training_loop.train_step, training_loop.evaluate_loss
 
     def step(*args, **kwargs):
         now[0] += 0.5
@@ -469,9 +627,9 @@ def test_tokens_per_second_counts_the_steps_of_the_window_only(tmp_path, monkeyp
         now[0] += 100.0
         return real_eval(*args, **kwargs)
 
-    monkeypatch.setattr(loop.time, "perf_counter", lambda: now[0])
-    monkeypatch.setattr(loop, "train_step", step)
-    monkeypatch.setattr(loop, "evaluate_loss", evaluate)
+    monkeypatch.setattr(training_loop.time, "perf_counter", lambda: now[0])
+    monkeypatch.setattr(training_loop, "train_step", step)
+    monkeypatch.setattr(training_loop, "evaluate_loss", evaluate)
     cfg = tiny(tmp_path, "clock", max_steps=12, log_every=4, eval_every=6, save_every=3)
     train(cfg)
     logged = [r for r in records(cfg.out) if "loss" in r]

@@ -113,12 +113,8 @@ def page(visit):
 
 @pytest.fixture(scope="module")
 def pretrained():
-    """The shipped translators, on one thread while this module runs (as Python's figures in
-    the benchmark; and the page shares the machine's cores)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield {d: load_pretrained(d) for d in DIRECTIONS}
-    torch.set_num_threads(threads)
+    """The shipped translators (on one thread, as every test runs: conftest.py)."""
+    return {d: load_pretrained(d) for d in DIRECTIONS}
 
 
 def call(page, function: str, *args):

@@ -24,15 +24,6 @@ from transformer.variants import (
 V = 50  # a toy vocabulary: ids 0-3 are special, 4-49 are pieces
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models run fastest on one thread, and threads contend on a busy machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def config(**overrides) -> TransformerConfig:
     sizes = dict(d_model=32, n_heads=4, d_ff=64, n_layers=2, dropout=0.0, max_len=24)
     return lm_config(V, **(sizes | overrides))

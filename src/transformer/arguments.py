@@ -23,7 +23,7 @@ from typing import get_args
 import torch
 
 from .config import bounds_problem, flag_of
-from .evaluation import Decoding
+from .decoding import Decoding
 
 
 def bounded_number(kind: type, **bounds) -> Callable:
@@ -66,12 +66,8 @@ def subcommand(
     description: str,
 ) -> argparse.ArgumentParser:
     """A subcommand's parser that shows defaults in its help and calls `run(args)`."""
-    p = commands.add_parser(
-        name,
-        help=help,
-        description=description,
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
+    formatter = argparse.ArgumentDefaultsHelpFormatter
+    p = commands.add_parser(name, help=help, description=description, formatter_class=formatter)
     p.set_defaults(run=run, parser=p)
     return p
 
@@ -117,8 +113,9 @@ def add_max_sentences(p: argparse.ArgumentParser) -> None:
     )
 
 
-def add_decoding_arguments(p: argparse.ArgumentParser, average: int) -> None:
-    """A Decoding's fields (chapter 14) as flags: --average, --beam-size, --alpha."""
+def add_decoding_arguments(p: argparse.ArgumentParser, average: int = Decoding.average) -> None:
+    """A Decoding's fields (chapter 13) as flags: --average, --beam-size, --alpha, with
+    Decoding's defaults (the paper's), but for `average` if given."""
     p.add_argument(
         "--average",
         type=positive_int,
@@ -128,13 +125,13 @@ def add_decoding_arguments(p: argparse.ArgumentParser, average: int) -> None:
     p.add_argument(
         "--beam-size",
         type=positive_int,
-        default=4,
+        default=Decoding.beam_size,
         help="beam size (1: greedy decoding)",
     )
     p.add_argument(
         "--alpha",
         type=non_negative_float,
-        default=0.6,
+        default=Decoding.alpha,
         help="length penalty exponent alpha (chapter 13)",
     )
 
@@ -144,8 +141,9 @@ def decoding_of(args: argparse.Namespace) -> Decoding:
     return Decoding(args.average, args.beam_size, args.alpha)
 
 
+# %% ../../notebooks/17_command_line.ipynb #2e6f9b14
 def add_checkpoint_arguments(
-    p: argparse.ArgumentParser, average: int, checkpoint: bool = True
+    p: argparse.ArgumentParser, average: int = Decoding.average, checkpoint: bool = True
 ) -> None:
     """The flags that choose a model and how it decodes, shared by
     translate/evaluate/record."""

@@ -43,6 +43,7 @@ def attention_weights(
             handle.remove()
 
 
+# %% ../../notebooks/14_evaluation.ipynb #3f8d6a4c
 def attention_maps(
     model: Transformer, src_ids: Sequence[int], out_ids: Sequence[int]
 ) -> dict[str, Tensor]:

@@ -10,6 +10,7 @@ __all__ = [
     "Batch",
     "collate",
     "EpochCursor",
+    "check_rank",
     "cut_by_budget",
     "share_evenly",
     "TokenBatchSampler",
@@ -23,7 +24,6 @@ from typing import NamedTuple
 
 import torch
 from torch import Tensor
-from torch.nn.utils.rnn import pad_sequence
 
 from .data import load_multi30k
 from .tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer, multi30k_tokenizer
@@ -114,8 +114,9 @@ def collate(
         raise ValueError("collate needs at least one pair")
 
     def pad(rows: list[list[int]]) -> Tensor:  # (batch, longest row)
-        rows = [torch.tensor(row, dtype=torch.long) for row in rows]
-        return pad_sequence(rows, batch_first=True, padding_value=pad_id)
+        longest = max(map(len, rows))
+        padded = [row + [pad_id] * (longest - len(row)) for row in rows]
+        return torch.tensor(padded, dtype=torch.long)  # one tensor: fast for many rows
 
     shifted = [shift_right(tgt, bos_id, eos_id) for _, tgt in pairs]
     return Batch(
@@ -157,6 +158,12 @@ class EpochCursor:
         self.epoch, self.position = int(state["epoch"]), int(state["position"])
 
 
+def check_rank(rank: int, world_size: int) -> None:
+    """A clear error unless 0 <= rank < world_size (a source's share of the batches)."""
+    if not 0 <= rank < world_size:
+        raise ValueError(f"rank must be in [0, world_size={world_size}), got {rank}")
+
+
 # %% ../../notebooks/11_training.ipynb #f254f592
 def cut_by_budget(indices: list[int], lengths: Sequence[int], token_budget: int) -> list[list[int]]:
     """Cut `indices` into consecutive batches, each within the budget once padded: a
@@ -185,13 +192,10 @@ def share_evenly(batches: list[list[int]], world_size: int) -> list[list[int]]:
 # %% ../../notebooks/11_training.ipynb #bb7c062c
 class TokenBatchSampler(EpochCursor):
     """Batches of example indices, grouped by length, each within `token_budget` padded
-    positions.
-
-    One epoch: shuffle the examples with a generator seeded by (seed, epoch); sort each
-    pool of `pool_size` consecutive examples by length; cut the pool into batches within
-    the budget; shuffle the batches; deal them round-robin to the `world_size` ranks,
-    each getting as many. `pool_size=1` gives random batching; `shuffle=False` sorts the
-    whole set once (evaluation)."""
+    positions. An epoch, seeded by (seed, epoch): shuffle, sort each pool of `pool_size`
+    examples by length, cut, shuffle the batches, deal them round-robin to the
+    `world_size` ranks, as many each. `pool_size=1` is random batching; `shuffle=False`
+    sorts the whole set once (evaluation)."""
 
     def __init__(
         self,
@@ -215,8 +219,7 @@ class TokenBatchSampler(EpochCursor):
             )
         if pool_size < 1:
             raise ValueError(f"pool_size must be at least 1, got {pool_size}")
-        if not 0 <= rank < world_size:
-            raise ValueError(f"rank must be in [0, world_size={world_size}), got {rank}")
+        check_rank(rank, world_size)
         if len(self.lengths) < world_size:
             raise ValueError(f"{len(self.lengths)} examples cannot feed {world_size} ranks")
         self.token_budget, self.seed, self.shuffle = token_budget, seed, shuffle

@@ -11,11 +11,19 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .batching import Batch, EpochCursor, Pair, collate, example_length
+from .batching import (
+    Batch,
+    EpochCursor,
+    Pair,
+    check_rank,
+    collate,
+    example_length,
+)
 from .embeddings import check_token_ids
 from .tokenizer import PAD_ID
 
 
+# %% ../../notebooks/12_training_loop.ipynb #f0490a14
 def bucket_length(length: int, multiple: int = 8) -> int:
     """An example's padded length: `length` rounded up to a multiple of `multiple`."""
     return -(-length // multiple) * multiple
@@ -94,15 +102,10 @@ def deal(
 
 # %% ../../notebooks/12_training_loop.ipynb #a1d759b7
 class Buckets(EpochCursor):
-    """A tokenized corpus kept on `device`, padded to a few lengths and served in
-    batches of a fixed shape per length: rows(L) = token_budget // L pairs of padded
-    length L.
-
-    A pair is padded, source and shifted target alike, to L = its example_length rounded
-    up to a multiple of `multiple`; the pairs of one L form a bucket, held as one padded
-    Batch on the device plus one all-padding row (fill_buckets). A batch takes rows(L)
-    pairs of a bucket, in the order of epoch_plan, dealt to the ranks. Ids are checked
-    against `vocab_size` once, here."""
+    """A tokenized corpus kept on `device` in buckets of padded length L (example_length
+    rounded up to a multiple of `multiple`; fill_buckets), served in batches of one
+    shape per bucket, rows(L) = token_budget // L pairs, in the order of epoch_plan,
+    dealt to the ranks. Ids are checked against `vocab_size` once, here."""
 
     def __init__(
         self,
@@ -119,8 +122,7 @@ class Buckets(EpochCursor):
         pad_id: int = PAD_ID,
     ):
         lengths = padded_lengths(pairs, token_budget, multiple)
-        if not 0 <= rank < world_size:
-            raise ValueError(f"rank must be in [0, world_size={world_size}), got {rank}")
+        check_rank(rank, world_size)
         self.token_budget, self.seed, self.shuffle = token_budget, seed, shuffle
         self.rank, self.world_size, self.device = rank, world_size, torch.device(device)
         self.buckets = fill_buckets(pairs, lengths, vocab_size, self.device, pad_id)
@@ -134,13 +136,11 @@ class Buckets(EpochCursor):
 
     @property
     def shapes(self) -> list[tuple[int, int]]:
-        """The (rows, L) shape of every batch, one per bucket: what torch.compile
-        specializes on."""
+        """(rows, L) of each bucket's batches: what torch.compile specializes on."""
         return [(self.rows(length), length) for length in self.buckets]
 
     def plan(self, epoch: int) -> list[tuple[int, Tensor]]:
-        """This rank's batches of `epoch`, in order: (L, indices of the rows in bucket
-        L)."""
+        """This rank's batches of `epoch`, in order: (L, row indices in bucket L)."""
         batches = epoch_plan(self.sizes, self.rows, self.seed, epoch, self.shuffle)
         return deal(batches, self.rank, self.world_size, self.device)
 
@@ -154,6 +154,5 @@ class Buckets(EpochCursor):
         return Batch(*(t[indices] for t in self.buckets[length]))
 
     def epoch_batches(self, epoch: int) -> Iterator[Batch]:
-        """Every batch of `epoch` on this rank, without touching the state (for
-        evaluation)."""
+        """Every batch of `epoch` on this rank, leaving the state alone (evaluation)."""
         return map(self.serve, self.plan(epoch))

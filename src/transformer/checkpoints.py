@@ -2,6 +2,7 @@
 
 # %% auto #0
 __all__ = [
+    "LOCK_FILE",
     "save_checkpoint",
     "load_checkpoint",
     "check_config",
@@ -11,6 +12,8 @@ __all__ = [
     "rng_state",
     "set_rng_state",
     "trim_metrics",
+    "RunFolderBusy",
+    "lock_run_folder",
 ]
 
 # %% ../../notebooks/12_training_loop.ipynb #cdce8c94
@@ -18,6 +21,8 @@ import json
 import os
 import shutil
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -123,3 +128,39 @@ def trim_metrics(path: str | Path, step: int) -> None:
     if path.is_file():
         lines = [ln for ln in path.read_text().splitlines() if json.loads(ln)["step"] <= step]
         atomic_write(path, lambda tmp: tmp.write_text("".join(ln + "\n" for ln in lines)))
+
+
+# %% ../../notebooks/12_training_loop.ipynb #cfcd788d
+LOCK_FILE = "writer.lock"  # in a run folder; it holds the PID of the lock's holder
+
+
+class RunFolderBusy(OSError):
+    """Another process holds the run folder's lock: it is writing there."""
+
+
+@contextmanager
+def lock_run_folder(folder: str | Path) -> Iterator[Path]:
+    """Hold the lock of run folder `folder` (made if missing) inside the block, so that
+    one process alone writes there. If another process holds it, fail at once with
+    RunFolderBusy, naming it. The lock is flock's: it ends with its process."""
+    import fcntl  # POSIX only: imported here, so that the module loads anywhere
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / LOCK_FILE, "a+") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            holder = f.read().strip() or "unknown"
+            raise RunFolderBusy(
+                f"{folder} is being written by another process (PID {holder}); wait "
+                "for it to end, or choose another output folder"
+            ) from None
+        f.truncate(0)
+        f.write(f"{os.getpid()}\n")
+        f.flush()
+        try:
+            yield folder
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)  # also for a child that inherited the file

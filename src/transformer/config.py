@@ -5,6 +5,7 @@ __all__ = [
     "knob",
     "bounds_problem",
     "ModelKnobs",
+    "RunKnobs",
     "TrainConfig",
     "config_problems",
     "flag_of",
@@ -13,7 +14,7 @@ __all__ = [
 
 # %% ../../notebooks/12_training_loop.ipynb #d7f05d44
 from collections.abc import Mapping
-from dataclasses import Field, asdict, dataclass, field, fields
+from dataclasses import Field, asdict, dataclass, field, fields, replace
 
 from .data import LANGUAGES
 from .training import PRESETS
@@ -63,19 +64,12 @@ class ModelKnobs:
     n_layers: int | None = knob(None, "layers N per stack (default: the preset's)", _DATA, low=1)
     vocab_size: int = knob(8000, "pieces of the shared vocabulary (chapter 1)", _DATA, low=100)
 
-    def model_sizes(self) -> dict:
-        """The preset's d_model, n_heads, d_ff and n_layers, with the ones set here
-        instead."""
-        sizes = PRESETS[self.preset].sizes
-        return sizes | {k: getattr(self, k) for k in sizes if getattr(self, k) is not None}
-
 
 # %% ../../notebooks/12_training_loop.ipynb #849074c3
 @dataclass
-class TrainConfig(ModelKnobs):
-    """Every knob of a training run: ModelKnobs, then how long, where, with which
-    batches and schedule, and how often to log, evaluate and save. None means the
-    preset's value."""
+class RunKnobs(ModelKnobs):
+    """ModelKnobs, then how long a run trains, where it writes, on which device, and
+    with which batches and learning-rate schedule. None means the preset's value."""
 
     max_steps: int | None = knob(
         None,
@@ -110,6 +104,14 @@ class TrainConfig(ModelKnobs):
         None, "warm-up steps of the Noam schedule (default: the preset's)", _OPT, low=1
     )
     lr_factor: float = knob(1.0, "factor of the Noam schedule", _OPT, low=0, low_ok=False)
+
+
+# %% ../../notebooks/12_training_loop.ipynb #8df1f69b
+@dataclass
+class TrainConfig(RunKnobs):
+    """Every knob of a training run: RunKnobs, then the regularization, the speed-ups,
+    and how often to log, evaluate and save."""
+
     label_smoothing: float = knob(0.1, "epsilon of label smoothing", _OPT, low=0, high=1)
     dropout: float = knob(0.1, "dropout probability", _OPT, low=0, high=1)
     attention_dropout: float | None = knob(
@@ -142,6 +144,14 @@ class TrainConfig(ModelKnobs):
         problems = config_problems(self)
         if problems:
             raise ValueError("invalid TrainConfig: " + "; ".join(problems))
+
+    def resolved(self) -> "TrainConfig":
+        """This configuration with every None that means the preset's value replaced by
+        that value (the model's sizes, token_budget, warmup): what a run holds, and what
+        its checkpoints store."""
+        preset = PRESETS[self.preset]
+        values = preset.sizes | dict(token_budget=preset.token_budget, warmup=preset.warmup)
+        return replace(self, **{k: v for k, v in values.items() if getattr(self, k) is None})
 
 
 # %% ../../notebooks/12_training_loop.ipynb #09b6def6

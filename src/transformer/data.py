@@ -51,6 +51,7 @@ SHA256 = {
 }
 
 
+# %% ../../notebooks/01_tokenization.ipynb #5b1d0c7e
 def cache_dir() -> Path:
     """The folder for downloads and trained tokenizers (`$TRANSFORMER_CACHE` overrides
     it)."""

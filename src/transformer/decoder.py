@@ -8,10 +8,9 @@ from dataclasses import dataclass, field
 
 from torch import Tensor, nn
 
-from .encoder import StackConfig
-from .feed_forward import FeedForward
-from .multihead import KVCache, MultiHeadAttention
-from .normalization import LayerNorm, Residual
+from .encoder import StackConfig, attention_of, feed_forward_of, residual_of
+from .multihead import KVCache
+from .normalization import LayerNorm
 
 
 @dataclass
@@ -31,18 +30,15 @@ class DecoderLayer(nn.Module):
 
     def __init__(self, config: StackConfig, cross_attention: bool = True):
         super().__init__()
-        c = config
-        self.self_attn = MultiHeadAttention(c.d_model, c.n_heads, c.d_head, c.attention_dropout)
-        self.self_residual = Residual(c.d_model, c.dropout, c.norm_first)
+        self.self_attn = attention_of(config)
+        self.self_residual = residual_of(config)
         if cross_attention:
-            self.cross_attn = MultiHeadAttention(
-                c.d_model, c.n_heads, c.d_head, c.attention_dropout
-            )
-            self.cross_residual = Residual(c.d_model, c.dropout, c.norm_first)
+            self.cross_attn = attention_of(config)
+            self.cross_residual = residual_of(config)
         else:
             self.cross_attn = self.cross_residual = None
-        self.feed_forward = FeedForward(c.d_model, c.d_ff, c.activation_dropout)
-        self.ff_residual = Residual(c.d_model, c.dropout, c.norm_first)
+        self.feed_forward = feed_forward_of(config)
+        self.ff_residual = residual_of(config)
 
     def forward(
         self,

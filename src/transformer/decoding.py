@@ -8,6 +8,7 @@ __all__ = [
     "length_limits",
     "DecoderState",
     "greedy_decode",
+    "Decoding",
     "lp",
     "beam_search",
 ]
@@ -16,6 +17,7 @@ __all__ = [
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
@@ -29,8 +31,7 @@ EXTRA_LENGTH = 50  # paper section 6.1: at most 50 tokens more than the source
 
 @contextmanager
 def evaluating(model: Transformer) -> Iterator[None]:
-    """Dropout off and no autograd inside the block; the model's train/eval mode is
-    restored."""
+    """Dropout and autograd off inside the block; the train/eval mode is restored."""
     was_training = model.training
     model.eval()
     try:
@@ -42,12 +43,10 @@ def evaluating(model: Transformer) -> Iterator[None]:
 
 @contextmanager
 def own_ids(model: nn.Module) -> Iterator[None]:
-    """Inside the block the model skips reading the values of its ids (check_ids off):
-    decoding feeds back only ids it chose from the model's own vocabulary, and a check
-    would make the host wait at every token. The caller checks what came from outside
-    (the source) before."""
-    checked = model.check_ids
-    model.check_ids = False
+    """Inside the block the model does not read its ids' values (check_ids off):
+    decoding feeds back only ids it chose from the model's vocabulary, and a check would
+    make the host wait at every token. The caller checks the source before."""
+    checked, model.check_ids = model.check_ids, False
     try:
         yield
     finally:
@@ -57,24 +56,21 @@ def own_ids(model: nn.Module) -> Iterator[None]:
 # %% ../../notebooks/13_decoding.ipynb #35949c5c
 def length_limits(model: Transformer, src: Tensor, max_len: int | None = None) -> Tensor:
     """(batch,) the most tokens each sentence may get: `max_len`, or by default its
-    source length + 50 (paper section 6.1), never more than the model's max_len
-    positions."""
+    source length + 50 (paper section 6.1), at most the model's max_len positions."""
     cap = model.config.max_len
     if max_len is None:
         src_len = (src != model.config.pad_id).sum(dim=1)  # (batch,) real source tokens
         return (src_len + EXTRA_LENGTH).clamp(max=cap)
     if type(max_len) is not int or not 1 <= max_len <= cap:
         raise ValueError(
-            f"max_len must be an integer from 1 to the model's max_len={cap}, "
-            f"got {max_len!r}; "
-            "or pass max_len=None for the source length + 50"
+            f"max_len must be an integer from 1 to the model's max_len={cap}, got "
+            f"{max_len!r}; or pass max_len=None for the source length + 50"
         )
     return torch.full((src.size(0),), max_len, device=src.device)
 
 
 def _check_inputs(model: Transformer, src: Tensor, bos_id: int, eos_id: int | None) -> Tensor:
-    """src on the model's device, once checked to be what decoding needs (else a
-    ValueError)."""
+    """src on the model's device, checked once to be what decoding needs."""
     c = model.config
     if not isinstance(src, Tensor) or src.dim() != 2 or src.is_floating_point():
         got = f"shape {tuple(src.shape)} {src.dtype}" if isinstance(src, Tensor) else type(src)
@@ -86,14 +82,12 @@ def _check_inputs(model: Transformer, src: Tensor, bos_id: int, eos_id: int | No
         raise ValueError(f"src has shape {tuple(src.shape)}; pass at least one token")
     if src.size(1) > c.max_len:
         raise ValueError(
-            f"src has {src.size(1)} positions but the model takes at most "
-            f"max_len={c.max_len}; "
-            "truncate the sources (evaluation.translate does it, with a warning)"
+            f"src has {src.size(1)} positions but the model takes at most max_len="
+            f"{c.max_len}; truncate the sources (evaluation.translate does it, with a "
+            "warning)"
         )
-    for name, i in (
-        ("bos_id", bos_id),
-        ("eos_id", bos_id if eos_id is None else eos_id),
-    ):
+    ends = {"bos_id": bos_id, "eos_id": bos_id if eos_id is None else eos_id}
+    for name, i in ends.items():
         if type(i) is not int or not 0 <= i < c.tgt_vocab_size:
             raise ValueError(f"{name} must be a target id in [0, {c.tgt_vocab_size}), got {i!r}")
         if i == c.pad_id:
@@ -117,28 +111,22 @@ class DecoderState:
         use_cache: bool,
     ):
         self.model, self.src, self.eos_id = model, src, eos_id  # src: (rows, S)
-        # (rows, S, d_model): checks src, runs the encoder once
-        self.memory = model.encode(src)
-        # (rows, t), starts as [BOS]
-        self.prefix = src.new_full((src.size(0), 1), bos_id)
+        self.memory = model.encode(src)  # (rows, S, d_model): the encoder runs once
+        self.prefix = src.new_full((src.size(0), 1), bos_id)  # (rows, t): [BOS]
         self.cache = DecoderCache() if use_cache else None
         self.never = torch.tensor([model.config.pad_id, bos_id], device=src.device)
 
     def log_probs(self) -> Tensor:  # (rows, tgt_vocab_size)
-        """log p(y_t | y_<t, x) at the next position of every row; PAD and BOS get
-        -inf."""
+        """log p(y_t | y_<t, x) of the next token of every row (PAD and BOS: -inf)."""
         with own_ids(self.model):  # the prefixes hold only ids this state chose
-            if self.cache is None:  # recompute the whole prefix
-                # (rows, t, V)
+            if self.cache is None:  # recompute the whole prefix: (rows, t, V)
                 logits = self.model.decode(self.prefix, self.memory, self.src)
-            # only the newest token; the cache holds the keys and values of the others
-            else:
+            else:  # the newest token; the cache holds the others' keys and values
                 logits = self.model.decode(self.prefix[:, -1:], self.memory, self.src, self.cache)
         return logits[:, -1].index_fill(-1, self.never, -math.inf).log_softmax(dim=-1)
 
     def ends(self, tokens: Tensor) -> Tensor:  # bool, the shape of tokens
-        """True at EOS; nowhere if eos_id is None (decoding then runs to its length
-        limit)."""
+        """True at EOS; nowhere if eos_id is None (then decoding runs to its limit)."""
         if self.eos_id is None:
             return torch.zeros_like(tokens, dtype=torch.bool)
         return tokens == self.eos_id
@@ -163,20 +151,16 @@ def greedy_decode(
     eos_id: int | None = EOS_ID,
     use_cache: bool = True,
 ) -> Tensor:
-    """Greedy decoding for a batch: src (batch, S) -> ids (batch, T <= max_len), without
-    BOS.
+    """Greedy decoding of a batch: src (batch, S) -> ids (batch, T), without BOS.
 
     A row ends with EOS and then PAD, or stops at its length limit (`length_limits`).
-    use_cache=False recomputes the whole prefix at every step instead of using the KV
-    cache."""
+    use_cache=False recomputes the whole prefix at every step, without the KV cache."""
     src = _check_inputs(model, src, bos_id, eos_id)
     limits = length_limits(model, src, max_len)  # (batch,)
-    # (batch, T)
-    out = src.new_full((src.size(0), int(limits.max())), model.config.pad_id)
+    out = src.new_full((len(src), int(limits.max())), model.config.pad_id)  # (batch, T)
     with evaluating(model):
         state = DecoderState(model, src, bos_id, eos_id, use_cache)
-        # the sentence of every row
-        alive = torch.arange(src.size(0), device=src.device)
+        alive = torch.arange(src.size(0), device=src.device)  # each row's sentence
         for t in range(out.size(1)):
             token = state.log_probs().argmax(dim=-1)  # (rows,)
             out[alive, t] = token
@@ -190,68 +174,77 @@ def greedy_decode(
 
 
 # %% ../../notebooks/13_decoding.ipynb #46319c6d
-def lp(length: int, alpha: float = 0.6) -> float:
+@dataclass(frozen=True)
+class Decoding:
+    """How to decode, by default as the paper does (section 6.1). Translating reads
+    `beam_size` (1: greedy decoding) and `alpha`, the length penalty's exponent; loading
+    a run reads `average`, how many of its last checkpoints to average (chapter 14)."""
+
+    average: int = 5
+    beam_size: int = 4
+    alpha: float = 0.6
+
+    def __post_init__(self):
+        for name in ("average", "beam_size"):
+            if type(value := getattr(self, name)) is not int or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if not isinstance(a := self.alpha, int | float) or not a >= 0:
+            raise ValueError(f"alpha, the length penalty exponent, must be >= 0, got {a!r}")
+
+
+def lp(length: int, alpha: float = Decoding.alpha) -> float:
     """The length penalty of Wu et al. (2016): ((5 + |Y|) / 6) ** alpha."""
     return ((5 + length) / 6) ** alpha
 
 
+# %% ../../notebooks/13_decoding.ipynb #0d7c3f58
 def beam_search(
     model: Transformer,
     src: Tensor,
-    beam_size: int = 4,
+    beam_size: int = Decoding.beam_size,
     max_len: int | None = None,
     bos_id: int = BOS_ID,
     eos_id: int | None = EOS_ID,
-    alpha: float = 0.6,
+    alpha: float = Decoding.alpha,
     use_cache: bool = True,
 ) -> list[list[int]]:
     """Beam search, batched over sentences and beams: one id list per sentence of src
-    (batch, S).
-
-    A candidate among the beam_size best that ends (EOS, or the sentence's length limit)
-    is kept as finished with its score log P / lp(|Y|), alpha being lp's exponent; a
-    sentence is done with beam_size finished hypotheses or at its limit, and returns its
-    best one: no BOS, EOS last unless cut at the limit. beam_size=1 is greedy decoding.
-    """
-    if type(beam_size) is not int or beam_size < 1:
-        raise ValueError(f"beam_size must be a positive integer, got {beam_size!r}")
-    if not alpha >= 0:
-        raise ValueError(f"alpha, the length penalty exponent, must be >= 0, got {alpha}")
+    (batch, S). A candidate among the beam_size best that ends (EOS, or the sentence's
+    length limit) is kept as finished with its score log P / lp(|Y|); a sentence is done
+    with beam_size finished hypotheses or at its limit, and returns its best one: no
+    BOS, EOS last unless cut at the limit. beam_size=1 is greedy decoding."""
+    Decoding(beam_size=beam_size, alpha=alpha)  # checks both
     src = _check_inputs(model, src, bos_id, eos_id)
     limits = length_limits(model, src, max_len)  # (batch,)
-    n, k = src.size(0), beam_size
+    n, k, device = src.size(0), beam_size, src.device
     finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(n)]
     with evaluating(model):
-        state = DecoderState(model, src.repeat_interleave(k, dim=0), bos_id, eos_id, use_cache)
-        scores = torch.full((n, k), -math.inf, dtype=torch.float64, device=src.device)
-        # (sentences, k): log P of each beam; one live beam at the start
-        scores[:, 0] = 0.0
-        # the sentence of each group of k rows
-        alive = torch.arange(n, device=src.device)
+        # k rows per sentence: (batch * k, S)
+        state = DecoderState(model, src.repeat_interleave(k, 0), bos_id, eos_id, use_cache)
+        scores = torch.zeros(n, k, dtype=torch.float64, device=device)  # (sentences, k)
+        scores[:, 1:] = -math.inf  # log P of each beam: one live beam at the start
+        alive = torch.arange(n, device=device)  # the sentence of each group of k rows
         for t in range(1, int(limits.max()) + 1):
             log_p = state.log_probs().view(len(alive), k, -1)  # (sentences, k, V)
             vocab = log_p.size(-1)
             total = (scores[:, :, None] + log_p).view(len(alive), k * vocab)
             top, index = total.topk(2 * k)  # (sentences, 2k), best first
-            origin, token = (
-                index // vocab,
-                index % vocab,
-            )  # the beam each extends, its token
+            # the beam each candidate extends, and its token
+            origin, token = index // vocab, index % vocab
             at_limit = limits[alive] <= t  # (sentences,)
             ends = state.ends(token) | at_limit[:, None]  # (sentences, 2k)
             for i, j in (ends[:, :k] & top[:, :k].isfinite()).nonzero().tolist():
-                ids = [
-                    *state.prefix[i * k + origin[i, j], 1:].tolist(),
-                    int(token[i, j]),
-                ]
-                finished[alive[i]].append((top[i, j].item() / lp(t, alpha), ids))
+                prefix = state.prefix[i * k + origin[i, j], 1:].tolist()
+                score = top[i, j].item() / lp(t, alpha)
+                finished[alive[i]].append((score, [*prefix, int(token[i, j])]))
             # the k best that go on
             scores, pick = top.masked_fill(ends, -math.inf).topk(k)
-            done = torch.tensor([len(finished[b]) >= k for b in alive.tolist()], device=src.device)
-            going = ~(done | at_limit)  # (sentences,)
+            done = torch.tensor([len(finished[b]) >= k for b in alive.tolist()])
+            going = ~(done.to(device) | at_limit)  # (sentences,)
             if not going.any():
                 break
-            rows = torch.arange(len(alive), device=src.device)[:, None] * k + origin.gather(1, pick)
+            beams = origin.gather(1, pick)  # (sentences, k): the beam each pick extends
+            rows = torch.arange(len(alive), device=device)[:, None] * k + beams
             state.advance(token.gather(1, pick)[going].flatten(), rows[going].flatten())
             scores, alive = scores[going], alive[going]
     return [max(hypotheses, key=lambda h: h[0])[1] for hypotheses in finished]

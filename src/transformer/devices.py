@@ -3,18 +3,23 @@
 # %% auto #0
 __all__ = [
     "PEAK_BF16_FLOPS",
+    "STOP_SIGNALS",
     "host_reads",
     "resolve_device",
     "setup_distributed",
     "describe_device",
     "autocast_dtype",
     "peak_flops",
+    "compiled_graphs",
+    "StopSignals",
 ]
 
 # %% ../../notebooks/12_training_loop.ipynb #e4453a84
 import os
 import platform
+import signal
 import sys
+import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -103,3 +108,40 @@ def peak_flops(device: torch.device) -> float | None:
         return None
     name = torch.cuda.get_device_name(device)
     return next((peak for key, peak in PEAK_BF16_FLOPS.items() if key in name), None)
+
+
+def compiled_graphs() -> int:
+    """Graphs torch.compile has built in this process so far (dynamo's own count)."""
+    return torch._dynamo.utils.counters["stats"]["unique_graphs"]
+
+
+# %% ../../notebooks/12_training_loop.ipynb #641efd49
+STOP_SIGNALS = ("SIGINT", "SIGTERM")  # after these a run saves where it is, then stops
+
+
+class StopSignals:
+    """Inside `with`, SIGINT (Ctrl-C, a notebook's interrupt) and SIGTERM (a scheduler's
+    time limit, a preemption) only note that the run should stop; the loop then stops at
+    the end of its step and saves. A second signal while it saves is noted and ignored:
+    the files stay whole. Handlers can only be set in the main thread; elsewhere the
+    signals keep their usual effect."""
+
+    def __init__(self):
+        self.signum, self.previous = 0, {}
+
+    def __enter__(self) -> "StopSignals":
+        if threading.current_thread() is threading.main_thread():
+            for name in STOP_SIGNALS:
+                self.previous[name] = signal.signal(signal.Signals[name], self.note)
+        return self
+
+    def note(self, signum: int, frame) -> None:
+        if self.signum:  # os-level write: safe even if the handler interrupted a print
+            name = signal.Signals(signum).name
+            note = f"{name} again: already stopping, the checkpoint is being saved\n"
+            os.write(2, note.encode())
+        self.signum = self.signum or signum
+
+    def __exit__(self, *exc) -> None:
+        for name, handler in self.previous.items():
+            signal.signal(signal.Signals[name], handler)

@@ -3,10 +3,10 @@
 # %% auto #0
 __all__ = [
     "TokenEmbedding",
-    "check_token_ids",
     "sinusoidal_positional_encoding",
     "PositionalEncoding",
     "TransformerEmbedding",
+    "check_token_ids",
 ]
 
 # %% ../../notebooks/02_embeddings.ipynb #a0a01fde
@@ -29,22 +29,6 @@ class TokenEmbedding(nn.Module):
 
     def forward(self, ids: Tensor) -> Tensor:  # (batch, seq) -> (batch, seq, d_model)
         return self.embedding(ids) * math.sqrt(self.d_model)
-
-
-def check_token_ids(ids: Tensor, vocab_size: int) -> None:
-    """Raise a clear error unless `ids` is an integer tensor of ids in [0, vocab_size).
-
-    Reading the values makes the host wait for the device, so this runs where ids enter
-    (the model's entry points, the batches of chapter 12), not in the embedding at every
-    step."""
-    if ids.dtype not in (torch.int32, torch.int64):
-        raise TypeError(f"token ids must be an integer tensor, got {ids.dtype}")
-    if ids.numel() and (ids.min() < 0 or ids.max() >= vocab_size):
-        raise ValueError(
-            f"token ids must lie in [0, {vocab_size}), got values from "
-            f"{int(ids.min())} to {int(ids.max())}; was the text encoded with another "
-            f"vocabulary?"
-        )
 
 
 # %% ../../notebooks/02_embeddings.ipynb #627a2cd6
@@ -71,21 +55,14 @@ class PositionalEncoding(nn.Module):
 
     def __init__(self, d_model: int, max_len: int, dropout: float = 0.1):
         super().__init__()
-        self.max_len = max_len
         self.register_buffer(
             "pe", sinusoidal_positional_encoding(max_len, d_model), persistent=False
         )
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: Tensor, start: int = 0) -> Tensor:  # (batch, seq, d_model)
-        end = start + x.size(1)
-        if end > self.max_len:
-            raise ValueError(
-                f"sequence reaches position {end}, but max_len is {self.max_len}; "
-                f"shorten the input or build the model with a larger max_len"
-            )
         # (seq, d_model) broadcasts over batch
-        return self.dropout(x + self.pe[start:end])
+        return self.dropout(x + self.pe[start : start + x.size(1)])
 
 
 class TransformerEmbedding(nn.Module):
@@ -100,3 +77,20 @@ class TransformerEmbedding(nn.Module):
     # (batch, seq) -> (batch, seq, d_model)
     def forward(self, ids: Tensor, start: int = 0) -> Tensor:
         return self.position(self.token(ids), start)
+
+
+# %% ../../notebooks/02_embeddings.ipynb #5e1c0a27
+def check_token_ids(ids: Tensor, vocab_size: int) -> None:
+    """Raise a clear error unless `ids` is an integer tensor of ids in [0, vocab_size).
+
+    Reading the values makes the host wait for the device, so this runs where ids enter
+    (the model's entry points, the batches of chapter 12), not in the embedding at every
+    step."""
+    if ids.dtype not in (torch.int32, torch.int64):
+        raise TypeError(f"token ids must be an integer tensor, got {ids.dtype}")
+    if ids.numel() and (ids.min() < 0 or ids.max() >= vocab_size):
+        raise ValueError(
+            f"token ids must lie in [0, {vocab_size}), got values from "
+            f"{int(ids.min())} to {int(ids.max())}; was the text encoded with another "
+            f"vocabulary?"
+        )

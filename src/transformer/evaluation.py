@@ -5,8 +5,8 @@ __all__ = [
     "read_checkpoint",
     "average_checkpoints",
     "load_model",
+    "load_run",
     "tokenizer_of",
-    "Decoding",
     "translate",
     "BleuScores",
     "corpus_bleu",
@@ -18,7 +18,6 @@ __all__ = [
 import pickle
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
@@ -28,35 +27,29 @@ from torch import Tensor
 from torch.nn.utils.rnn import pad_sequence
 from tqdm import tqdm
 
-from .checkpoints import load_checkpoint
+from .checkpoints import load_checkpoint, step_checkpoints
 from .data import load_multi30k
-from .decoding import beam_search, greedy_decode
+from .decoding import Decoding, beam_search, greedy_decode
 from .model import Transformer, TransformerConfig
 from .tokenizer import Tokenizer, multi30k_tokenizer
 
 
 def read_checkpoint(path: str | Path) -> dict:
-    """A checkpoint written by loop.train (loaded safely), checked to hold "model"
+    """A checkpoint of training_loop.train, loaded safely and checked to hold "model"
     weights and a "model_config"."""
+    written_by = "pass one written by transformer.training_loop.train"
     try:
         ckpt = load_checkpoint(path)
     except (RuntimeError, EOFError, pickle.UnpicklingError) as err:
-        raise ValueError(
-            f"{path} is not a readable PyTorch checkpoint; pass one written by "
-            "transformer.training_loop.train"
-        ) from err
-    missing = [k for k in ("model", "model_config") if not isinstance(ckpt, dict) or k not in ckpt]
-    if missing:
-        raise ValueError(
-            f"{path} holds no {' and no '.join(missing)}; pass a checkpoint written by "
-            "transformer.training_loop.train"
-        )
+        raise ValueError(f"{path} is not a readable PyTorch checkpoint; {written_by}") from err
+    keys = ckpt.keys() if isinstance(ckpt, dict) else set()
+    if missing := [k for k in ("model", "model_config") if k not in keys]:
+        raise ValueError(f"{path} holds no {' and no '.join(missing)}; {written_by}")
     return ckpt
 
 
 def _mismatches(have: dict, want: dict, shown: int = 4) -> str:
-    """'key: have vs want' for the keys where two dicts differ (tensors by shape), or
-    ''."""
+    """'key: have vs want' where two dicts differ (tensors by shape), or ''."""
 
     def show(d: dict, k: str):
         v = d.get(k, "missing")
@@ -104,10 +97,7 @@ def load_model(
         ckpt = {**ckpt, "model": average_checkpoints(paths)}
     try:
         model = Transformer(TransformerConfig(**ckpt["model_config"]))
-    except (
-        TypeError,
-        ValueError,
-    ) as err:  # an unknown or missing field, or a bad value
+    except (TypeError, ValueError) as err:  # an unknown or missing field, a bad value
         raise ValueError(f"the model_config of {paths[-1]} is not valid: {err}") from None
     problems = _mismatches(ckpt["model"], model.state_dict())
     if problems:
@@ -119,34 +109,35 @@ def load_model(
     return model.to(device).eval(), ckpt
 
 
+# %% ../../notebooks/14_evaluation.ipynb #8b3f5e90
+def load_run(
+    path: str | Path, average: int, device: str | torch.device = "cpu"
+) -> tuple[Transformer, dict]:
+    """(model, checkpoint dict) of a run folder: the average of its last `average` step
+    checkpoints, as the paper's base models average their last 5 (section 6.1); `path`
+    may also be one checkpoint file, loaded as it is (average 1)."""
+    Decoding(average=average)  # checks it
+    path = Path(path)
+    if path.is_file():
+        if average > 1:
+            raise ValueError(f"averaging {average} checkpoints needs a run folder, not {path}")
+        return load_model(path, device)
+    steps = step_checkpoints(path)
+    if not steps:
+        raise FileNotFoundError(f"no checkpoint at {path}: neither a file nor a run folder")
+    if len(steps) < average:
+        raise ValueError(
+            f"{path} keeps {len(steps)} step checkpoints, fewer than the {average} to "
+            f"average; train with --keep {average} or more"
+        )
+    return load_model(steps[-average:], device)
+
+
 def tokenizer_of(ckpt: dict) -> Tokenizer:
     """The vocabulary the checkpoint's model was trained with: chapter 1's, shared by
-    the run's two languages, of the model's size (chapter 12's `train` makes it the same
-    way)."""
+    the run's two languages, of the model's size (as chapter 12's `train` makes it)."""
     languages = (ckpt["train_config"]["src"], ckpt["train_config"]["tgt"])
     return multi30k_tokenizer(ckpt["model_config"]["src_vocab_size"], languages)
-
-
-# %% ../../notebooks/14_evaluation.ipynb #23c1fb07
-@dataclass(frozen=True)
-class Decoding:
-    """How a run's checkpoints become translations (paper section 6.1): the mean of its
-    last `average` checkpoints, searched with a beam of `beam_size` (1: greedy) and the
-    length penalty exponent `alpha` (chapter 13)."""
-
-    average: int = 5
-    beam_size: int = 4
-    alpha: float = 0.6
-
-    def __post_init__(self):
-        for name in ("average", "beam_size"):
-            value = getattr(self, name)
-            if type(value) is not int or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        if not isinstance(self.alpha, int | float) or not self.alpha >= 0:
-            raise ValueError(
-                f"alpha, the length penalty exponent, must be >= 0, got {self.alpha!r}"
-            )
 
 
 # %% ../../notebooks/14_evaluation.ipynb #6f19ad97
@@ -158,9 +149,11 @@ def translate(
     max_len: int | None = None,
     batch_size: int = 64,
 ) -> list[str]:
-    """Translations of `sentences`, in order, by beam search with decoding's beam size
-    and alpha (greedy for a beam of 1) over batches of similar length. Empty lines give
-    ""; sources longer than the model's max_len are truncated to it, with a warning."""
+    """Translations of `sentences`, in order, by beam search with decoding.beam_size
+    and decoding.alpha (greedy for a beam of 1) over batches of similar length; the
+    model's checkpoints were averaged when it was loaded (load_run), so decoding.average
+    plays no part here. Empty lines give ""; sources longer than the model's max_len
+    are truncated to it, with a warning."""
     c = model.config
     if isinstance(sentences, str):
         raise TypeError("translate takes a list of sentences; wrap one sentence in a list")
@@ -184,7 +177,8 @@ def translate(
     batches = [todo[i : i + batch_size] for i in range(0, len(todo), batch_size)]
     device = next(model.parameters()).device
     out = [""] * len(ids)
-    for batch in tqdm(batches, unit="batch", **({"disable": True} if len(batches) < 2 else {})):
+    quiet = {"disable": True} if len(batches) < 2 else {}  # else TQDM_DISABLE decides
+    for batch in tqdm(batches, unit="batch", **quiet):
         rows = [torch.tensor(ids[i][: c.max_len]) for i in batch]
         # (b, S)
         src = pad_sequence(rows, batch_first=True, padding_value=c.pad_id).to(device)
@@ -200,19 +194,16 @@ def translate(
 
 # %% ../../notebooks/14_evaluation.ipynb #d1ae2b6a
 class BleuScores(NamedTuple):
-    """Corpus BLEU of one set of translations, with the sacreBLEU signature of each
-    score."""
+    """Corpus BLEU of one set of translations, and each score's sacreBLEU signature."""
 
     cased: BLEUScore  # detokenized and case-sensitive: the shareable number
-    # case-insensitive, as part of the Multi30k literature reports it
-    lowercased: BLEUScore
+    lowercased: BLEUScore  # case-insensitive, as some Multi30k papers report it
     cased_signature: str
     lowercased_signature: str
 
 
 def corpus_bleu(hypotheses: Sequence[str], references: Sequence[str]) -> BleuScores:
-    """Corpus BLEU by sacreBLEU (13a tokenization, exp smoothing), cased and
-    lowercased."""
+    """Corpus BLEU by sacreBLEU (13a tokens, exp smoothing), cased and lowercased."""
     hypotheses, references = list(hypotheses), list(references)
     if not hypotheses or len(hypotheses) != len(references):
         raise ValueError(
@@ -229,8 +220,7 @@ def corpus_bleu(hypotheses: Sequence[str], references: Sequence[str]) -> BleuSco
 
 
 class SplitResult(NamedTuple):
-    """The scores of one Multi30k split, and the translations and references they
-    compare."""
+    """The scores of one Multi30k split, and the translations and references scored."""
 
     bleu: BleuScores
     hypotheses: list[str]
@@ -247,10 +237,8 @@ def evaluate_split(
     max_sentences: int | None = None,
     **options,
 ) -> SplitResult:
-    """Translate a Multi30k split (its first max_sentences pairs, if given) and score
-    it.
-
-    Extra keyword arguments (max_len, batch_size) go to `translate`."""
+    """Translate a Multi30k split (its first max_sentences pairs, if given) as
+    `decoding` says, and score it; max_len and batch_size go to `translate`."""
     pairs = load_multi30k(split, src, tgt)[:max_sentences]
     hypotheses = translate(model, tokenizer, [s for s, _ in pairs], decoding, **options)
     references = [t for _, t in pairs]

@@ -92,6 +92,7 @@ def _weights(value, n_queries: int, n_keys: int, where: str) -> torch.Tensor:
     return weights
 
 
+# %% ../../notebooks/15_translator.ipynb #71e3c0a9
 def _sentence(record: Mapping, where: str) -> dict:
     """A record of attention_record, checked and packed: pieces, a title, and for each
     kind a [layer][head] string of its weights row by row (the decoder's: only on and

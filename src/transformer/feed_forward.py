@@ -16,10 +16,6 @@ class FeedForward(nn.Module):
 
     def __init__(self, d_model: int, d_ff: int, dropout: float = 0.1):
         super().__init__()
-        if d_model < 1 or d_ff < 1:
-            raise ValueError(f"d_model and d_ff must be positive, got {d_model} and {d_ff}")
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must lie in [0, 1), got {dropout}")
         self.d_model, self.d_ff = d_model, d_ff
         self.linear1 = nn.Linear(d_model, d_ff)  # W_1, b_1 (weight stored as W_1^T)
         self.linear2 = nn.Linear(d_ff, d_model)  # W_2, b_2

@@ -3,13 +3,16 @@
 # %% auto #0
 __all__ = [
     "TransformerConfig",
+    "Transformer",
+    "embedding_of",
+    "xavier_init",
+    "check_encode_inputs",
+    "check_decode_inputs",
+    "check_forward_inputs",
     "check_input_ids",
     "check_pair",
     "check_memory",
     "check_cache",
-    "check_decode_inputs",
-    "xavier_init",
-    "Transformer",
 ]
 
 # %% ../../notebooks/10_transformer.ipynb #c7a0a6a9
@@ -58,6 +61,107 @@ class TransformerConfig(StackConfig):
             )
 
 
+# %% ../../notebooks/10_transformer.ipynb #52920b60
+class Transformer(nn.Module):
+    """The encoder-decoder Transformer of the paper's figure 1: forward(src (batch, S),
+    tgt_in (batch, T)) -> next-token logits (batch, T, tgt_vocab_size). The padding
+    masks come from config.pad_id; the pre-softmax projection is the target table."""
+
+    # False: the caller vouches for its ids (chapter 12 checks its batches once)
+    check_ids = True
+
+    def __init__(self, config: TransformerConfig):
+        super().__init__()
+        c = self.config = config
+        # token tables start as N(0, 1/d_model) (chapter 2); the positions are a buffer
+        self.src_embed = embedding_of(c, c.src_vocab_size)
+        self.tgt_embed = self.src_embed if c.share_embeddings else embedding_of(c, c.tgt_vocab_size)
+        self.encoder = Encoder(c)  # a TransformerConfig is a StackConfig
+        self.decoder = Decoder(c)
+        self.generator = nn.Linear(c.d_model, c.tgt_vocab_size, bias=False)
+        # tied (section 3.4): one parameter, two modules
+        self.generator.weight = self.tgt_embed.token.embedding.weight
+        xavier_init(self.encoder, self.decoder)
+
+    def encode(self, src: Tensor) -> Tensor:  # (batch, S) -> memory (batch, S, d_model)
+        """M = Encoder(X; encoder mask), X the scaled source embedding + positions."""
+        check_encode_inputs(self.config, src, self.check_ids)
+        return self._encode(src)
+
+    def decode(
+        self,
+        tgt_in: Tensor,
+        memory: Tensor,
+        src: Tensor,
+        cache: DecoderCache | None = None,
+    ) -> Tensor:  # (batch, T) -> logits (batch, T, tgt_vocab_size)
+        """Logits H E^T for the next token at each target position. With a cache,
+        tgt_in holds only the new positions: the cache kept the earlier ones."""
+        check_decode_inputs(self.config, tgt_in, memory, src, cache, self.check_ids)
+        return self._decode(tgt_in, memory, src, cache)
+
+    def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:  # (batch, T, V)
+        check_forward_inputs(self.config, src, tgt_in, self.check_ids)
+        return self._decode(tgt_in, self._encode(src), src, cache=None)
+
+    def _encode(self, src: Tensor) -> Tensor:  # the checked entry points call these two
+        return self.encoder(self.src_embed(src), encoder_mask(src, self.config.pad_id))
+
+    def _decode(
+        self, tgt_in: Tensor, memory: Tensor, src: Tensor, cache: DecoderCache | None
+    ) -> Tensor:
+        start = 0 if cache is None else cache.length
+        x_mask = padding_mask(src, self.config.pad_id)[:, None, None, :]  # (b, 1, 1, S)
+        # the causal mask: a flag for all positions at once (chapter 5), else a tensor
+        self_mask = None if cache is None else causal_mask(tgt_in.size(1), src.device, start)
+        y = self.tgt_embed(tgt_in, start)  # (batch, T, d_model)
+        h = self.decoder(y, memory, self_mask, x_mask, cache, is_causal=cache is None)
+        return self.generator(h)  # h E^T: (batch, T, tgt_vocab_size)
+
+
+# %% ../../notebooks/10_transformer.ipynb #9945482d
+def embedding_of(c: TransformerConfig, vocab_size: int) -> TransformerEmbedding:
+    """dropout(sqrt(d_model) E[ids] + PE) for a vocabulary of vocab_size (chapter 2)."""
+    return TransformerEmbedding(vocab_size, c.d_model, c.max_len, c.dropout)
+
+
+def xavier_init(*stacks: nn.Module) -> None:
+    """Xavier-uniform on every matrix of the stacks, as nn.Transformer does; vectors
+    keep their layer's init (attention biases 0, FFN biases U(+-1/sqrt(fan_in)),
+    LayerNorm 1 and 0)."""
+    for stack in stacks:
+        for p in stack.parameters():
+            if p.dim() > 1:
+                nn.init.xavier_uniform_(p)
+
+
+# %% ../../notebooks/10_transformer.ipynb #6b0d3e92
+def check_encode_inputs(c: TransformerConfig, src: Tensor, values: bool) -> None:
+    """What encode checks: the source's ids (their values too with `values`)."""
+    check_input_ids("source", src, c.src_vocab_size, c.max_len, values=values)
+
+
+def check_decode_inputs(
+    c: TransformerConfig, tgt_in: Tensor, memory, src: Tensor, cache, values: bool
+) -> None:
+    """What decode checks: the target's ids, the source's shape, the memory and the
+    cache."""
+    start = 0 if cache is None else cache.length
+    check_input_ids("target", tgt_in, c.tgt_vocab_size, c.max_len, start, values=values)
+    # its shape
+    check_input_ids("source", src, c.src_vocab_size, c.max_len, values=False)
+    check_memory(tgt_in, memory, src, c.d_model)
+    if cache is not None:
+        check_cache(cache, c.n_layers, tgt_in)
+
+
+def check_forward_inputs(c: TransformerConfig, src: Tensor, tgt_in: Tensor, values: bool) -> None:
+    """What forward checks: the source's and the target's ids, and that they pair."""
+    check_encode_inputs(c, src, values)
+    check_input_ids("target", tgt_in, c.tgt_vocab_size, c.max_len, values=values)
+    check_pair(src, tgt_in)
+
+
 # %% ../../notebooks/10_transformer.ipynb #3bc3d07e
 def check_input_ids(
     name: str, ids: Tensor, vocab_size: int, max_len: int, start: int = 0, values=True
@@ -91,6 +195,7 @@ def check_pair(src: Tensor, tgt_in: Tensor) -> None:
         )
 
 
+# %% ../../notebooks/10_transformer.ipynb #c08e4a7b
 def check_memory(tgt_in: Tensor, memory: Tensor, src: Tensor, d_model: int) -> None:
     """A clear error unless tgt_in (batch, T) pairs with src (batch, S) and memory is
     (batch, S, d_model)."""
@@ -121,104 +226,3 @@ def check_cache(cache: DecoderCache, n_layers: int, tgt_in: Tensor) -> None:
             f"{tgt_in.size(0)}; "
             "start every new batch with a fresh DecoderCache()"
         )
-
-
-# %% ../../notebooks/10_transformer.ipynb #9945482d
-def check_decode_inputs(
-    c: TransformerConfig, tgt_in: Tensor, memory, src: Tensor, cache, values: bool
-) -> None:
-    """What decode checks: the target's ids, the source's shape, the memory and the
-    cache."""
-    start = 0 if cache is None else cache.length
-    check_input_ids("target", tgt_in, c.tgt_vocab_size, c.max_len, start, values=values)
-    # its shape
-    check_input_ids("source", src, c.src_vocab_size, c.max_len, values=False)
-    check_memory(tgt_in, memory, src, c.d_model)
-    if cache is not None:
-        check_cache(cache, c.n_layers, tgt_in)
-
-
-def xavier_init(*stacks: nn.Module) -> None:
-    """Xavier-uniform on every matrix of the stacks, as nn.Transformer does; vectors
-    keep their layer's init (attention biases 0, FFN biases U(+-1/sqrt(fan_in)),
-    LayerNorm 1 and 0)."""
-    for stack in stacks:
-        for p in stack.parameters():
-            if p.dim() > 1:
-                nn.init.xavier_uniform_(p)
-
-
-# %% ../../notebooks/10_transformer.ipynb #52920b60
-class Transformer(nn.Module):
-    """The encoder-decoder Transformer of the paper's figure 1, from ids to next-token
-    logits.
-
-    forward(src (batch, S), tgt_in (batch, T)) -> logits (batch, T, tgt_vocab_size); the
-    padding masks come from config.pad_id. The pre-softmax projection is the target
-    embedding table."""
-
-    # False: the caller vouches for its ids (chapter 12 checks its batches once)
-    check_ids = True
-
-    def __init__(self, config: TransformerConfig):
-        super().__init__()
-        c = self.config = config
-        # token tables start as N(0, 1/d_model) (chapter 2); the positions are a fixed
-        # buffer
-        self.src_embed = TransformerEmbedding(c.src_vocab_size, c.d_model, c.max_len, c.dropout)
-        self.tgt_embed = (
-            self.src_embed
-            if c.share_embeddings
-            else TransformerEmbedding(c.tgt_vocab_size, c.d_model, c.max_len, c.dropout)
-        )
-        self.encoder = Encoder(c)  # a TransformerConfig is a StackConfig
-        self.decoder = Decoder(c)
-        self.generator = nn.Linear(c.d_model, c.tgt_vocab_size, bias=False)
-        # tied (section 3.4): one parameter, two modules
-        self.generator.weight = self.tgt_embed.token.embedding.weight
-        xavier_init(self.encoder, self.decoder)
-
-    def encode(self, src: Tensor) -> Tensor:  # (batch, S) -> memory (batch, S, d_model)
-        """M = Encoder(X; encoder mask), X the scaled source embedding + positions."""
-        c = self.config
-        check_input_ids("source", src, c.src_vocab_size, c.max_len, values=self.check_ids)
-        return self._encode(src)
-
-    def decode(
-        self,
-        tgt_in: Tensor,
-        memory: Tensor,
-        src: Tensor,
-        cache: DecoderCache | None = None,
-    ) -> Tensor:  # (batch, T) -> logits (batch, T, tgt_vocab_size)
-        """Logits H E^T for the next token at each target position. With a cache, tgt_in
-        holds only the new positions; the earlier ones were kept by the previous calls.
-        """
-        check_decode_inputs(self.config, tgt_in, memory, src, cache, values=self.check_ids)
-        return self._decode(tgt_in, memory, src, cache)
-
-    def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:  # (batch, T, V)
-        c = self.config
-        check_input_ids("source", src, c.src_vocab_size, c.max_len, values=self.check_ids)
-        check_input_ids("target", tgt_in, c.tgt_vocab_size, c.max_len, values=self.check_ids)
-        check_pair(src, tgt_in)
-        return self._decode(tgt_in, self._encode(src), src)
-
-    def _encode(self, src: Tensor) -> Tensor:  # the checked entry points call these two
-        return self.encoder(self.src_embed(src), encoder_mask(src, self.config.pad_id))
-
-    def _decode(
-        self,
-        tgt_in: Tensor,
-        memory: Tensor,
-        src: Tensor,
-        cache: DecoderCache | None = None,
-    ) -> Tensor:
-        start = 0 if cache is None else cache.length
-        x_mask = padding_mask(src, self.config.pad_id)[:, None, None, :]  # (b, 1, 1, S)
-        # all positions at once: the causal mask as a flag (chapter 5); step by step
-        # with a cache: the new positions see every kept one, and each other causally
-        self_mask = None if cache is None else causal_mask(tgt_in.size(1), src.device, start)
-        y = self.tgt_embed(tgt_in, start)  # (batch, T, d_model)
-        h = self.decoder(y, memory, self_mask, x_mask, cache, is_causal=cache is None)
-        return self.generator(h)  # h E^T: (batch, T, tgt_vocab_size)

@@ -11,10 +11,9 @@ from pathlib import Path
 from .arguments import add_checkpoint_arguments, decoding_of, subcommand
 from .data import SPLIT_SIZES
 from .devices import resolve_device
-from .evaluation import evaluate_split, load_model, tokenizer_of, translate
+from .evaluation import evaluate_split, load_run, tokenizer_of, translate
 from .model import Transformer
 from .pretrained import load_pretrained
-from .scoring import checkpoint_paths
 from .tokenizer import Tokenizer
 
 
@@ -24,7 +23,7 @@ def _load(args: argparse.Namespace) -> tuple[Transformer, Tokenizer, str, str]:
     if args.model:
         shipped = load_pretrained(args.model, device)
         return shipped.model, shipped.tokenizer, *args.model.split("-")
-    model, ckpt = load_model(checkpoint_paths(args.checkpoint, args.average), device)
+    model, ckpt = load_run(args.checkpoint, args.average, device)
     return (
         model,
         tokenizer_of(ckpt),

@@ -28,17 +28,10 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import Tensor
 
-from transformer.evaluation import (
-    Decoding,
-    evaluate_split,
-    load_model,
-    tokenizer_of,
-    translate,
-)
-
 from .data import atomic_write
+from .decoding import Decoding
+from .evaluation import evaluate_split, load_run, tokenizer_of, translate
 from .model import Transformer, TransformerConfig
-from .scoring import checkpoint_paths
 from .tokenizer import Tokenizer
 
 WEIGHTS = Path(files("transformer")) / "weights"  # inside the installed package
@@ -169,7 +162,7 @@ def ship(
     model, and the direction's manifest entry: both files' SHA-256, the model config,
     the decoding, and the shipped model's BLEU on the first CHECK_SENTENCES of val
     (Pretrained.check_bleu)."""
-    model, ckpt = load_model(checkpoint_paths(run_dir, decoding.average))
+    model, ckpt = load_run(run_dir, decoding.average)
     direction = f"{ckpt['train_config']['src']}-{ckpt['train_config']['tgt']}"
     config, packed = ckpt["model_config"], pack_weights(model)
     tokenizer, out = tokenizer_of(ckpt), Path(out)

@@ -52,6 +52,7 @@ REQUIRED_KEYS = (
 )
 
 
+# %% ../../notebooks/15_translator.ipynb #9a4d1f36
 def provenance(command: Sequence[str]) -> dict:
     """How a result was produced: torch version, git commit (of this package's
     repository) and the exact command; `dirty` says whether tracked files differed from
@@ -181,6 +182,7 @@ def bleu_table(records: Sequence[dict]) -> str:
     return "\n".join(rows)
 
 
+# %% ../../notebooks/15_translator.ipynb #d5b8e213
 def samples_text(records: Sequence[dict], n: int = 10) -> str:
     """The first n test sentences of one or more records: each sentence in the records'
     languages (as source or reference), then each record's translation, labelled with

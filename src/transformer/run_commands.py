@@ -22,12 +22,12 @@ from pathlib import Path
 
 from . import arguments
 from .config import TrainConfig
-from .devices import resolve_device
+from .devices import STOP_SIGNALS, resolve_device
 from .pretrained import WEIGHTS, ship
 from .results import write_result
 from .scoring import record_run
 from .search import search
-from .training_loop import STOP_SIGNALS, train
+from .training_loop import train
 
 
 def add_train_parser(commands: argparse._SubParsersAction) -> None:
@@ -61,7 +61,8 @@ def run_train(args: argparse.Namespace) -> int:
     summary = train(cfg, args.started)
     if int(os.environ.get("RANK", "0")) == 0:
         print(json.dumps(summary))
-    stopped = summary["stopped_by"]  # after a signal, exit as it would have: 128 + its number
+    # after a signal, exit as it would have: 128 + its number
+    stopped = summary["stopped_by"]
     return 128 + signal.Signals[stopped] if stopped in STOP_SIGNALS else 0
 
 
@@ -85,7 +86,7 @@ def add_record_parser(commands: argparse._SubParsersAction) -> None:
         help="test translations to keep as samples",
     )
     arguments.add_max_sentences(p)
-    arguments.add_checkpoint_arguments(p, average=5, checkpoint=False)
+    arguments.add_checkpoint_arguments(p, checkpoint=False)
 
 
 def run_record(args: argparse.Namespace) -> int:
@@ -122,7 +123,7 @@ def add_ship_parser(commands: argparse._SubParsersAction) -> None:
     )
     p.add_argument("run_dir", metavar="RUN", help="the run folder that train wrote (its --out)")
     p.add_argument("--out", default=str(WEIGHTS), help="the weights folder to write into")
-    arguments.add_decoding_arguments(p, average=5)
+    arguments.add_decoding_arguments(p)
 
 
 def run_ship(args: argparse.Namespace) -> int:

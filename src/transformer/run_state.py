@@ -27,10 +27,10 @@ from . import checkpoints
 from .batching import load_pairs
 from .buckets import Buckets
 from .config import TrainConfig
-from .devices import describe_device
+from .devices import autocast_dtype, describe_device
 from .model import Transformer, TransformerConfig
 from .tokenizer import PAD_ID, Tokenizer, multi30k_tokenizer
-from .training import PRESETS, make_optimizer
+from .training import make_optimizer
 
 
 # %% ../../notebooks/12_training_loop.ipynb #d6c801ce
@@ -51,6 +51,7 @@ class Run:
     wrapped_model: nn.Module
     optimizer: torch.optim.Adam
     scheduler: LambdaLR
+    amp_dtype: torch.dtype | None  # autocast's: bfloat16, or None for float32
     step: int = 0
     wall_before: float = 0.0  # seconds spent in earlier sessions of a resumed run
     started: float = field(default_factory=time.perf_counter)
@@ -84,14 +85,12 @@ def check_fresh(out: Path) -> None:
 
 
 def model_config(cfg: TrainConfig, vocab_size: int) -> TransformerConfig:
-    """The model of cfg: the preset's sizes with cfg's own, cfg's dropouts, a shared
-    vocabulary."""
-    dropouts = dict(
-        dropout=cfg.dropout,
-        attention_dropout=cfg.attention_dropout,
-        activation_dropout=cfg.activation_dropout,
-    )
-    return TransformerConfig(vocab_size, vocab_size, pad_id=PAD_ID, **dropouts, **cfg.model_sizes())
+    """The model of a resolved cfg: its sizes and dropouts, one vocabulary for both
+    languages."""
+    sizes = ("d_model", "n_heads", "d_ff", "n_layers")
+    dropouts = ("dropout", "attention_dropout", "activation_dropout")
+    knobs = {k: getattr(cfg, k) for k in sizes + dropouts}
+    return TransformerConfig(vocab_size, vocab_size, pad_id=PAD_ID, **knobs)
 
 
 def load_buckets(
@@ -103,8 +102,8 @@ def load_buckets(
     world_size: int,
 ) -> tuple[Buckets, Buckets]:
     """The training pairs (this rank's share) and the validation pairs, on the
-    device."""
-    budget = cfg.token_budget or PRESETS[cfg.preset].token_budget
+    device, in batches of a resolved cfg's token_budget."""
+    budget = cfg.token_budget
     pairs = {s: load_pairs(s, cfg.src, cfg.tgt, max_len, tokenizer) for s in ("train", "val")}
     V = tokenizer.vocab_size
     train = Buckets(
@@ -134,9 +133,10 @@ def wrap(model: Transformer, cfg: TrainConfig, world_size: int) -> nn.Module:
 def start_run(
     cfg: TrainConfig, rank: int = 0, world_size: int = 1, device="cpu", started=None
 ) -> Run:
-    """Load the data, build the model and optimizer of `cfg`, and resume them if asked.
-    `started`: the perf_counter() reading the run's wall clock counts from (default:
-    now)."""
+    """Resolve `cfg`, load the data, build the model and optimizer, and resume them if
+    asked. `started`: the perf_counter() reading the run's wall clock counts from
+    (default: now)."""
+    cfg, device = cfg.resolved(), torch.device(device)
     if not cfg.resume:
         check_fresh(Path(cfg.out))
     # the language pair's vocabulary
@@ -146,8 +146,7 @@ def start_run(
     torch.manual_seed(cfg.seed)  # the same initial weights on every rank
     model = Transformer(model_cfg).to(device)
     model.check_ids = False  # Buckets checked every id once
-    warmup = cfg.warmup or PRESETS[cfg.preset].warmup
-    optimizer, scheduler = make_optimizer(model, model_cfg.d_model, warmup, cfg.lr_factor)
+    optimizer, scheduler = make_optimizer(model, model_cfg.d_model, cfg.warmup, cfg.lr_factor)
     run = Run(
         cfg=cfg,
         rank=rank,
@@ -160,6 +159,7 @@ def start_run(
         wrapped_model=wrap(model, cfg, world_size),
         optimizer=optimizer,
         scheduler=scheduler,
+        amp_dtype=autocast_dtype(device, cfg.amp),
         started=time.perf_counter() if started is None else started,
     )
     if cfg.resume:
@@ -175,9 +175,10 @@ def resume(run: Run) -> None:
     weights, optimizer, schedule, data position, random state."""
     ckpt, _ = checkpoints.load_resumable(run.out)
     checkpoints.check_config(ckpt["model_config"], asdict(run.model_cfg), "model")
+    saved = TrainConfig(**ckpt["train_config"]).resolved()  # older ones hold Nones
     data_fields = ("src", "tgt", "seed", "token_budget", "vocab_size")
     checkpoints.check_config(
-        {k: ckpt["train_config"][k] for k in data_fields} | {"world_size": ckpt["world_size"]},
+        {k: getattr(saved, k) for k in data_fields} | {"world_size": ckpt["world_size"]},
         {k: getattr(run.cfg, k) for k in data_fields} | {"world_size": run.world_size},
         "data",
     )

@@ -3,7 +3,6 @@
 # %% auto #0
 __all__ = [
     "ATTENTION_SENTENCES",
-    "checkpoint_paths",
     "logged_curves",
     "score_splits",
     "bleu_entry",
@@ -22,33 +21,11 @@ from pathlib import Path
 import torch
 
 from .attention_maps import attention_maps
-from .checkpoints import step_checkpoints
 from .data import load_multi30k
-from .decoding import beam_search
-from .evaluation import Decoding, evaluate_split, load_model, tokenizer_of
+from .decoding import Decoding, beam_search
+from .evaluation import evaluate_split, load_run, tokenizer_of
 from .results import provenance, train_command
 from .tokenizer import Tokenizer
-
-
-def checkpoint_paths(path: str | Path, average: int = 1) -> list[Path]:
-    """The checkpoints to score: the file `path`, or the last `average` step checkpoints
-    of the run folder `path` (the paper averages the last 5)."""
-    path = Path(path)
-    if average < 1:
-        raise ValueError(f"average must be at least 1, got {average}")
-    if path.is_file():
-        if average > 1:
-            raise ValueError(f"averaging {average} checkpoints needs a run folder, not {path}")
-        return [path]
-    steps = step_checkpoints(path)
-    if not steps:
-        raise FileNotFoundError(f"no checkpoint at {path}: neither a file nor a run folder")
-    if len(steps) < average:
-        raise ValueError(
-            f"{path} keeps {len(steps)} step checkpoints, fewer than the {average} to "
-            f"average; train with --keep {average} or more"
-        )
-    return steps[-average:]
 
 
 def logged_curves(run_dir: str | Path, last_step: int) -> tuple[dict, float]:
@@ -151,7 +128,7 @@ def record_run(
     """Score a finished run (train -> average the last checkpoints -> beam search ->
     sacreBLEU on val and test_2016_flickr) and gather the record that write_result
     stores."""
-    model, ckpt = load_model(checkpoint_paths(run_dir, decoding.average), device)
+    model, ckpt = load_run(run_dir, decoding.average, device)
     train_cfg, tokenizer = ckpt["train_config"], tokenizer_of(ckpt)
     src, tgt = train_cfg["src"], train_cfg["tgt"]
     scored = score_splits(model, tokenizer, src, tgt, decoding, max_sentences)

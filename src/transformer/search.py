@@ -25,12 +25,14 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from .checkpoints import lock_run_folder
 from .config import TrainConfig, train_argv
 from .data import atomic_write
+from .decoding import Decoding
 from .devices import describe_device
-from .evaluation import Decoding, load_model, tokenizer_of
+from .evaluation import load_run, tokenizer_of
 from .results import provenance, summary_line
-from .scoring import bleu_entry, checkpoint_paths, score_splits
+from .scoring import bleu_entry, score_splits
 
 GRID_KEYS = {"base", "trials", "decoding"}  # "trials" is required
 
@@ -58,6 +60,7 @@ def read_grid(path: str | Path, runs: str | Path) -> tuple[dict, dict, list[Deco
     return configs, grid["trials"], decodings
 
 
+# %% ../../notebooks/15_translator.ipynb #6c0b2e7f
 def read_trials(path: str | Path) -> list[dict]:
     """The trial records of a JSON-lines file, oldest first ([] if there is no file
     yet)."""
@@ -75,7 +78,7 @@ def add_trials(path: str | Path, records: list[dict]) -> None:
 def score_trial(cfg: TrainConfig, decoding: Decoding, device, max_sentences: int | None) -> dict:
     """Val BLEU of a finished trial under one decoding setting, with what its checkpoint
     says."""
-    model, ckpt = load_model(checkpoint_paths(cfg.out, decoding.average), device)
+    model, ckpt = load_run(cfg.out, decoding.average, device)
     started, tokenizer = time.perf_counter(), tokenizer_of(ckpt)
     (val,) = score_splits(
         model, tokenizer, cfg.src, cfg.tgt, decoding, max_sentences, splits=("val",)
@@ -137,21 +140,22 @@ def search(
     stop_after: float | None = None,
     command: Sequence[str] = (),
 ) -> list[dict]:
-    """Run the trials of `grid` that `out` does not hold yet; return the new records."""
+    """Run the trials of `grid` that `out` does not hold yet; return the new records.
+    It holds the lock of `runs` throughout (chapter 12): a second search there is
+    refused at once, before it can remove a trial folder that the first is training."""
     configs, changes, decodings = read_grid(grid, runs)
-    done = {r["trial"] for r in read_trials(out)}
-    todo = [name for name in configs if name not in done]
-    started, added = time.perf_counter(), []
-    for name in tqdm(todo, unit="trial", disable=None):
-        if stop_after is not None and time.perf_counter() - started > stop_after:
-            print(f"stopped after {stop_after} s; {len(todo) - todo.index(name)} trials left")
-            break
-        common = {"changes": changes[name], **provenance(command)}
-        records = [
-            r | common for r in run_trial(name, configs[name], decodings, device, max_sentences)
-        ]
-        add_trials(out, records)
-        added += records
-        for r in records:
-            print(summary_line(r))
+    with lock_run_folder(runs):
+        done = {r["trial"] for r in read_trials(out)}
+        todo = [name for name in configs if name not in done]
+        started, added = time.perf_counter(), []
+        for i, name in enumerate(tqdm(todo, unit="trial", disable=None)):
+            if stop_after is not None and time.perf_counter() - started > stop_after:
+                print(f"stopped after {stop_after} s; {len(todo) - i} trials left")
+                break
+            trial = run_trial(name, configs[name], decodings, device, max_sentences)
+            records = [r | {"changes": changes[name], **provenance(command)} for r in trial]
+            add_trials(out, records)
+            added += records
+            for r in records:
+                print(summary_line(r))
     return added

@@ -54,14 +54,7 @@ class Tokenizer:
             raise FileNotFoundError(f"no tokenizer model at {path}; train one with Tokenizer.train")
         self.model_file = path
         self.sp = spm.SentencePieceProcessor(model_file=str(path))
-        specials = (
-            self.sp.pad_id(),
-            self.sp.unk_id(),
-            self.sp.bos_id(),
-            self.sp.eos_id(),
-        )
-        if specials != (PAD_ID, UNK_ID, BOS_ID, EOS_ID):
-            raise ValueError(f"{path} has special ids {specials}; this book needs (0, 1, 2, 3)")
+        _check_specials(self.sp, path)
 
     @classmethod
     def train(
@@ -87,9 +80,7 @@ class Tokenizer:
         """Ids of one sentence, or a list of id lists for a batch; empty text gives
         []."""
         batch = [text] if isinstance(text, str) else list(text)
-        for s in batch:
-            if not isinstance(s, str):
-                raise TypeError(f"encode takes a str or a sequence of str, got {type(s).__name__}")
+        _check_texts(batch)
         ids = self.sp.encode(batch, add_bos=add_bos, add_eos=add_eos)
         return ids[0] if isinstance(text, str) else ids
 
@@ -99,16 +90,36 @@ class Tokenizer:
         ids = ids.tolist() if hasattr(ids, "tolist") else list(ids)
         batch = bool(ids) and not isinstance(ids[0], int)
         rows = [list(row) for row in ids] if batch else [ids]
-        for row in rows:
-            bad = [i for i in row if not 0 <= i < self.vocab_size]
-            if bad:
-                raise ValueError(f"ids {bad[:5]} are outside the vocabulary [0, {self.vocab_size})")
+        _check_ids(rows, self.vocab_size)
         texts = self.sp.decode(rows)
         return texts if batch else texts[0]
 
     def pieces(self, text: str) -> list[str]:
         """The subword pieces of one sentence, for display."""
         return self.sp.encode(text, out_type=str)
+
+
+# %% ../../notebooks/01_tokenization.ipynb #c4e7a1b9
+def _check_specials(sp: spm.SentencePieceProcessor, path: Path) -> None:
+    """The model file's special ids are the book's PAD, UNK, BOS, EOS."""
+    specials = sp.pad_id(), sp.unk_id(), sp.bos_id(), sp.eos_id()
+    if specials != (PAD_ID, UNK_ID, BOS_ID, EOS_ID):
+        raise ValueError(f"{path} has special ids {specials}; this book needs (0, 1, 2, 3)")
+
+
+def _check_texts(batch: list) -> None:
+    """What encode takes: str items only."""
+    for s in batch:
+        if not isinstance(s, str):
+            raise TypeError(f"encode takes a str or a sequence of str, got {type(s).__name__}")
+
+
+def _check_ids(rows: list[list[int]], vocab_size: int) -> None:
+    """What decode takes: ids inside the vocabulary."""
+    for row in rows:
+        bad = [i for i in row if not 0 <= i < vocab_size]
+        if bad:
+            raise ValueError(f"ids {bad[:5]} are outside the vocabulary [0, {vocab_size})")
 
 
 # %% ../../notebooks/01_tokenization.ipynb #aeed40a2

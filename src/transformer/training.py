@@ -104,6 +104,7 @@ def train_step(
     return loss.detach()
 
 
+# %% ../../notebooks/11_training.ipynb #c860b350
 @torch.no_grad()
 def evaluate_loss(
     model: nn.Module,

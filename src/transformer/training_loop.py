@@ -2,32 +2,40 @@
 
 # %% auto #0
 __all__ = [
-    "STOP_SIGNALS",
     "LogSums",
     "log_point",
-    "StopSignals",
     "stop_reason",
+    "endless",
+    "take_step",
+    "LogTimer",
     "run_steps",
-    "compiled_graphs",
     "train",
 ]
 
 # %% ../../notebooks/12_training_loop.ipynb #51aeeb05
 import json
 import math
-import os
 import signal
 import sys
-import threading
 import time
+from collections.abc import Iterator
+from contextlib import nullcontext
 
 import torch
 import torch.distributed as dist
 from torch import Tensor
 from tqdm import tqdm
 
+from .batching import Batch
+from .buckets import Buckets
+from .checkpoints import lock_run_folder
 from .config import TrainConfig
-from .devices import autocast_dtype, setup_distributed
+from .devices import (
+    STOP_SIGNALS,
+    StopSignals,
+    compiled_graphs,
+    setup_distributed,
+)
 from .run_state import Run, save_run, start_run
 from .tokenizer import PAD_ID
 from .training import evaluate_loss, train_step
@@ -84,8 +92,6 @@ def log_point(run: Run, sums: LogSums, lr: float, since: float, final: bool) -> 
             "epoch": run.data.epoch,
             "loss": round(loss_sum / steps, 6),
             "lr": lr,
-        }
-        record |= {
             "target_tokens": int(tokens),
             "tokens_per_s": round(tokens / seconds, 1),
         }
@@ -93,9 +99,8 @@ def log_point(run: Run, sums: LogSums, lr: float, since: float, final: bool) -> 
     if final and run.stopped_by:
         record["stopped_by"] = run.stopped_by
     if run.rank == 0 and (run.step % cfg.eval_every == 0 or final):
-        amp_dtype = autocast_dtype(run.device, cfg.amp)
         val_loss = evaluate_loss(
-            run.model, run.val_data.epoch_batches(0), cfg.label_smoothing, amp_dtype
+            run.model, run.val_data.epoch_batches(0), cfg.label_smoothing, run.amp_dtype
         )
         record["val_loss"] = round(val_loss, 6)
     if run.step % cfg.save_every == 0 or final:
@@ -106,38 +111,7 @@ def log_point(run: Run, sums: LogSums, lr: float, since: float, final: bool) -> 
     return record
 
 
-# %% ../../notebooks/12_training_loop.ipynb #641efd49
-STOP_SIGNALS = ("SIGINT", "SIGTERM")  # after these a run saves where it is, then stops
-
-
-class StopSignals:
-    """Inside `with`, SIGINT (Ctrl-C, a notebook's interrupt) and SIGTERM (a scheduler's
-    time limit, a preemption) only note that the run should stop; the loop then stops at
-    the end of its step and saves. A second signal while it saves is noted and ignored:
-    the files stay whole. Handlers can only be set in the main thread; elsewhere the
-    signals keep their usual effect."""
-
-    def __init__(self):
-        self.signum, self.previous = 0, {}
-
-    def __enter__(self) -> "StopSignals":
-        if threading.current_thread() is threading.main_thread():
-            for name in STOP_SIGNALS:
-                self.previous[name] = signal.signal(signal.Signals[name], self.note)
-        return self
-
-    def note(self, signum: int, frame) -> None:
-        if self.signum:  # os-level write: safe even if the handler interrupted a print
-            name = signal.Signals(signum).name
-            note = f"{name} again: already stopping, the checkpoint is being saved\n"
-            os.write(2, note.encode())
-        self.signum = self.signum or signum
-
-    def __exit__(self, *exc) -> None:
-        for name, handler in self.previous.items():
-            signal.signal(signal.Signals[name], handler)
-
-
+# %% ../../notebooks/12_training_loop.ipynb #0c61146a
 def stop_reason(run: Run, signum: int) -> str | None:
     """Why the run should end after this step, if it should: a signal that any rank
     caught, or max_seconds passed on rank 0's clock (the host's: no device value is read
@@ -153,12 +127,52 @@ def stop_reason(run: Run, signum: int) -> str | None:
     return "max_seconds" if up else None
 
 
+# %% ../../notebooks/12_training_loop.ipynb #d4fdbba8
+def endless(data: Buckets) -> Iterator[Batch]:
+    """The batches of `data` from its position on, epoch after epoch."""
+    while True:
+        yield from data
+
+
+def take_step(run: Run, batch: Batch, sums: LogSums) -> None:
+    """One training step, queued on the device; its loss and target tokens go to
+    `sums`, unread."""
+    cfg = run.cfg
+    if cfg.cuda_graphs:  # this step's graph may reuse the memory of the last one's
+        torch.compiler.cudagraph_mark_step_begin()
+    args = (cfg.label_smoothing, cfg.clip, run.amp_dtype)
+    loss = train_step(run.wrapped_model, batch, run.optimizer, run.scheduler, *args)
+    run.step += 1
+    sums.add(run.step, loss, (batch.tgt_out != PAD_ID).sum())
+
+
+class LogTimer:
+    """The clock of the log points: when the steps now summed began (evaluation and
+    saving left out), the last record, and the progress bar's loss and rate."""
+
+    def __init__(self, bar: tqdm):
+        self.bar, self.since, self.record = bar, time.perf_counter(), {}
+
+    def log(self, run: Run, sums: LogSums, lr: float, final: bool) -> None:
+        """A log point: after a record new sums start; after only an evaluation or a
+        save, the time it took is left out of the next record's."""
+        paused = time.perf_counter()
+        new = log_point(run, sums, lr, self.since, final)
+        if "loss" in new:
+            self.since, self.record = time.perf_counter(), new
+            rate = f"{new['tokens_per_s']:.0f}"
+            self.bar.set_postfix(loss=f"{new['loss']:.3f}", tok_s=rate)
+        else:
+            self.since += time.perf_counter() - paused
+            self.record |= new
+
+
 # %% ../../notebooks/12_training_loop.ipynb #53da98cd
 def run_steps(run: Run, total: float) -> dict:
-    """Train until step `total` (or max_seconds). Between the cadences of run.cfg (log,
-    eval, save) the host only queues work for the device; it reads a device value at
-    those points alone, and only there looks at the clock."""
-    cfg, amp_dtype = run.cfg, autocast_dtype(run.device, run.cfg.amp)
+    """Train until step `total`, or a stop; return the last record. Between log points
+    (the cadences of run.cfg: log, eval, save) the host only queues work for the
+    device: only there does it read a device value, or the clock. A lone process stops
+    right after the step a signal came in; DDP ranks agree at the next log point."""
     run.out.mkdir(parents=True, exist_ok=True)
     bar = tqdm(
         total=None if math.isinf(total) else total,
@@ -166,65 +180,39 @@ def run_steps(run: Run, total: float) -> dict:
         unit="step",
         disable=run.rank != 0 or None,
     )
-    sums, clock, record = LogSums(run.device), time.perf_counter(), {}
+    sums, timer, batches = LogSums(run.device), LogTimer(bar), endless(run.data)
+    cfg = run.cfg
+    cadences = (cfg.log_every, cfg.eval_every, cfg.save_every)
     with StopSignals() as signals:
         while run.step < total:
-            for batch in run.data:
-                lr = run.optimizer.param_groups[0]["lr"]
-                args = (cfg.label_smoothing, cfg.clip, amp_dtype)
-                if cfg.cuda_graphs:
-                    # this step's graph may reuse the memory of the last one's
-                    torch.compiler.cudagraph_mark_step_begin()
-                loss = train_step(run.wrapped_model, batch, run.optimizer, run.scheduler, *args)
-                run.step += 1
-                sums.add(run.step, loss, (batch.tgt_out != PAD_ID).sum())
-                # a lone process stops right after the step a signal came in; DDP ranks
-                # agree at the next log point
-                at_log = run.step % cfg.log_every == 0
-                if at_log or (signals.signum and run.world_size == 1):
-                    run.stopped_by = stop_reason(run, signals.signum)
-                    if run.stopped_by:
-                        total = run.step  # this step is the last
-                cadences = (cfg.log_every, cfg.eval_every, cfg.save_every)
-                if run.step == total or any(run.step % n == 0 for n in cadences):
-                    paused = time.perf_counter()
-                    new = log_point(run, sums, lr, clock, final=run.step == total)
-                    # new sums start here; evaluation and saving never count
-                    if "loss" in new:
-                        clock, record = time.perf_counter(), new
-                        postfix = dict(
-                            loss=f"{new['loss']:.3f}",
-                            tok_s=f"{new['tokens_per_s']:.0f}",
-                        )
-                        bar.set_postfix(postfix)
-                    else:
-                        clock += time.perf_counter() - paused
-                        record |= new
-                bar.update()
-                if run.step >= total:
-                    break
+            lr = run.optimizer.param_groups[0]["lr"]
+            take_step(run, next(batches), sums)
+            lone_signal = signals.signum and run.world_size == 1
+            if run.step % cfg.log_every == 0 or lone_signal:
+                run.stopped_by = stop_reason(run, signals.signum)
+                total = run.step if run.stopped_by else total  # this step is the last
+            if run.step == total or any(run.step % n == 0 for n in cadences):
+                timer.log(run, sums, lr, final=run.step == total)
+            bar.update()
     bar.close()
-    return record
+    return timer.record
 
 
 # %% ../../notebooks/12_training_loop.ipynb #055731bb
-def compiled_graphs() -> int:
-    """Graphs torch.compile has built in this process so far (dynamo's own count)."""
-    return torch._dynamo.utils.counters["stats"]["unique_graphs"]
-
-
 def train(cfg: TrainConfig, started: float | None = None) -> dict:
     """Train a Transformer on Multi30k as `cfg` says; return a summary of the run.
 
-    Writes `cfg.out`/metrics.jsonl and checkpoints/ (rank 0 only). Under torchrun, every
-    process trains one DistributedDataParallel replica on its share of the batches.
-    `started` is a time.perf_counter() reading from when the process started (default:
-    now); the run's wall clock, and max_seconds, count from it."""
+    Writes `cfg.out`/metrics.jsonl and checkpoints/ (rank 0 only, holding the folder's
+    lock throughout). Under torchrun, every process trains one DistributedDataParallel
+    replica on its share of the batches. `started` is a time.perf_counter() reading
+    from when the process started (default: now); the run's wall clock, and
+    max_seconds, count from it."""
     rank, world_size, device = setup_distributed(cfg.device)
     try:
-        run = start_run(cfg, rank, world_size, device, started)
-        total = min(cfg.max_steps or math.inf, (cfg.epochs or math.inf) * len(run.data))
-        last = run_steps(run, total)
+        with lock_run_folder(cfg.out) if rank == 0 else nullcontext():
+            run = start_run(cfg, rank, world_size, device, started)
+            total = min(cfg.max_steps or math.inf, (cfg.epochs or math.inf) * len(run.data))
+            last = run_steps(run, total)
         if run.rank == 0 and run.stopped_by in STOP_SIGNALS:
             print(
                 f"stopped by {run.stopped_by} at step {run.step}, saved in "

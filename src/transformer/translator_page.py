@@ -18,7 +18,7 @@ import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from transformer.explorer import (
+from .explorer import (
     DIGITS,
     ELEMENT_ID,
     SMALL,
@@ -26,7 +26,6 @@ from transformer.explorer import (
     explorer_controls,
     explorer_parts,
 )
-
 from .pretrained import WEIGHTS, read_manifest
 
 # %% ../../notebooks/15_translator.ipynb #4fa2637b

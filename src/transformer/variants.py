@@ -19,18 +19,17 @@ __all__ = [
 import torch
 from torch import Tensor, nn
 
-from transformer.model import (
-    TransformerConfig,
-    check_cache,
-    check_input_ids,
-    xavier_init,
-)
-
 from .decoder import Decoder, DecoderCache
 from .decoding import evaluating
 from .embeddings import TransformerEmbedding
 from .encoder import Encoder
 from .masks import causal_mask, encoder_mask
+from .model import (
+    TransformerConfig,
+    check_cache,
+    check_input_ids,
+    xavier_init,
+)
 from .normalization import LayerNorm
 from .tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from .training import label_smoothed_loss
