@@ -20,12 +20,12 @@ are left out of the rates. Printed:
     python benchmarks/train_loop.py --preset base --device cuda --compile --startup \
         --json results/benchmarks.json
     python benchmarks/train_loop.py --preset small --set d_ff=512 --set token_budget=3000 \
-        --cpu-bf16                                               # bf16 autocast on a CPU
+        --set amp=on                                             # bf16 autocast on any CPU
 
 --set FIELD=VALUE changes any TrainConfig field of the run (a model size, the token budget, a
-dropout). --cpu-bf16 runs the loop under bf16 autocast on the CPU, which the package does only
-on CUDA: it measures what bf16 would buy on this CPU (much, with AMX; little or nothing without
-native bf16 instructions).
+dropout, amp). The run's own choice is --set amp=auto (the default: bf16 on a CUDA device with
+bf16 and on a CPU with bf16 instructions, float32 elsewhere); --set amp=on and --set amp=off
+measure both modes on this machine, which shows whether auto chose the faster one.
 
 --json appends the measurement with its provenance to a JSON list (train_step.py's format).
 """
@@ -103,12 +103,9 @@ def overrides(assignments: list[str]) -> dict:
     return changes
 
 
-def run_loop(cfg: TrainConfig, warmup: int, cpu_bf16: bool) -> dict:
-    """Train cfg.max_steps steps through run_steps; rates over the steps after `warmup`.
-    `cpu_bf16`: bf16 autocast, which the run decided against on a CPU."""
+def run_loop(cfg: TrainConfig, warmup: int) -> dict:
+    """Train cfg.max_steps steps through run_steps; rates over the steps after `warmup`."""
     run = start_run(cfg, device=resolve_device(cfg.device))
-    if cpu_bf16:
-        run.amp_dtype = torch.bfloat16
     batches = planned_batches(run, warmup, cfg.max_steps)
     flops = flops_per_shape(run)
     run_steps(run, warmup)  # compiles and warms up; a log point ends it
@@ -179,7 +176,6 @@ def main() -> None:
     parser.add_argument("--startup", action="store_true", help="also time process start to step 10")
     parser.add_argument("--json", type=Path, help="append the measurement to this JSON list")
     parser.add_argument("--set", action="append", default=[], help="FIELD=VALUE of TrainConfig")
-    parser.add_argument("--cpu-bf16", action="store_true", help="bf16 autocast on the CPU")
     args = parser.parse_args()
     big = 10**9  # log points: only at the end of each run() call
     with tempfile.TemporaryDirectory() as tmp:
@@ -195,7 +191,7 @@ def main() -> None:
             save_every=big,
             **overrides(args.set),
         )
-        loop = run_loop(cfg, args.warmup, args.cpu_bf16)
+        loop = run_loop(cfg, args.warmup)
         run, device = loop["run"], loop["run"].device
         bare = bare_steps(run, args.warmup, args.steps)
     rate = loop["target_tokens"] / loop["seconds"]
@@ -207,6 +203,7 @@ def main() -> None:
         "compile": args.compile,
         "cuda_graphs": args.cuda_graphs,
         "amp": run.amp_dtype is not None,  # bf16 autocast
+        "amp_why": run.amp_why,
         "steps_timed": loop["steps"],
         "loss_of_timed_steps": round(loop["loss"], 4),  # same seed: comparable across options
         "target_tokens_per_s": round(rate, 1),

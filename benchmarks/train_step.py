@@ -32,7 +32,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from transformer.batching import load_pairs
 from transformer.buckets import Buckets
-from transformer.devices import autocast_dtype, describe_device, peak_flops
+from transformer.devices import choose_autocast, describe_device, peak_flops
 from transformer.embeddings import TransformerEmbedding
 from transformer.masks import causal_mask, padding_mask
 from transformer.model import Transformer, TransformerConfig
@@ -220,7 +220,7 @@ def main() -> None:
     config = TransformerConfig(tokenizer.vocab_size, tokenizer.vocab_size, **preset.sizes)
     batches = real_batches(args.batches, args.token_budget, config.max_len, tokenizer, device)
     n_tokens = sum(int((b.tgt_out != PAD_ID).sum()) for b in batches)
-    amp_dtype = autocast_dtype(device, args.amp)
+    amp_dtype, _ = choose_autocast(device, "on" if args.amp else "off")
     runs = build_runs(config, preset.warmup, device, args.compile)
     flops = pass_flops(runs["ours"], batches, amp_dtype)  # also a first warm-up pass of ours
     times, memory = time_runs(runs, batches, amp_dtype, device, args.warmup, args.repeats)

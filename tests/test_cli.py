@@ -14,6 +14,7 @@ from transformer.checkpoints import lock_run_folder
 from transformer.cli import build_parser, main
 from transformer.config import TrainConfig, train_argv
 from transformer.decoding import Decoding
+from transformer.devices import choose_autocast
 from transformer.results import load_results, missing_keys, train_command
 from transformer.search import read_grid, read_trials
 
@@ -62,10 +63,10 @@ def test_help_explains_every_flag(capsys):
     for flag in ("--src", "--tgt", "--preset", "--max-steps", "--epochs", "--seed", "--out",
                  "--resume", "--device", "--token-budget", "--warmup", "--lr-factor",
                  "--label-smoothing", "--dropout", "--clip", "--log-every", "--eval-every",
-                 "--save-every", "--keep", "--no-amp", "--compile", "--cuda-graphs"):  # fmt: skip
+                 "--save-every", "--keep", "--amp", "--compile", "--cuda-graphs"):  # fmt: skip
         assert flag in text
     for f in fields(TrainConfig):  # a new TrainConfig field gets its flag and its help
-        flag = f"--{'no-' if f.default is True else ''}{f.name.replace('_', '-')}"
+        flag = f"--{f.name.replace('_', '-')}"
         assert flag in text and f.metadata["help"].split()[0] in text, f.name
     assert "train" in build_parser().format_help()
 
@@ -105,7 +106,7 @@ EVERY_FIELD_CHANGED = dict(
     vocab_size=4000, max_steps=7, epochs=3, max_seconds=110.5, seed=11, out="elsewhere",
     resume=True, device="cpu", token_budget=700, warmup=30, lr_factor=0.35,
     label_smoothing=0.2, dropout=0.3, attention_dropout=0.0, activation_dropout=0.15, clip=0.5,
-    amp=False, compile=True, cuda_graphs=True, log_every=3, eval_every=9, save_every=4, keep=2,
+    amp="off", compile=True, cuda_graphs=True, log_every=3, eval_every=9, save_every=4, keep=2,
 )  # fmt: skip
 
 
@@ -132,7 +133,7 @@ def test_a_records_train_command_starts_the_run_afresh():
     cfg = asdict(TrainConfig(**EVERY_FIELD_CHANGED))
     command = train_command(cfg)
     assert command.startswith("python -m transformer train --src fr --tgt cs --preset small")
-    assert "--resume" not in command and "--no-amp --compile --cuda-graphs" in command
+    assert "--resume" not in command and "--amp off --compile --cuda-graphs" in command
 
 
 @pytest.fixture(scope="module")
@@ -202,6 +203,8 @@ def test_record_writes_a_complete_result(tiny_run, tmp_path, capsys, beam_alphas
     (result,) = load_results(out.parent)
     assert not missing_keys(result)
     assert result["direction"] == "en-de" and result["steps"] == 10
+    dtype, why = choose_autocast(torch.device("cpu"), "auto")  # the run's choice, kept
+    assert result["autocast"] == {"dtype": "bfloat16" if dtype else "float32", "why": why}
     assert result["config"]["decoding"] == {
         "average": 5,
         "beam_size": 2,

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from random_data import random_pairs
 from torch import nn
 
-from transformer import run_state, training, training_loop
+from transformer import devices, run_state, training, training_loop
 from transformer.batching import collate
 from transformer.buckets import Buckets
 from transformer.checkpoints import (
@@ -200,6 +200,36 @@ def test_config_checks():
         TrainConfig()
     with pytest.raises(ValueError, match="max_seconds must be > 0.*attention_dropout must be"):
         TrainConfig(max_seconds=0, attention_dropout=1.0)
+
+
+@pytest.mark.parametrize(
+    ("flags", "amp", "dtype", "why"),
+    [
+        ({"avx2", "avx512f"}, "auto", None, "the CPU has no bf16 instructions"),
+        ({"avx2", "avx512_bf16"}, "auto", torch.bfloat16, "the CPU has avx512_bf16"),
+        ({"amx_bf16", "avx512_bf16"}, "auto", torch.bfloat16, "has amx_bf16 and avx512_bf16"),
+        ({"avx2"}, "on", torch.bfloat16, "amp is on: bf16 emulated"),
+        ({"avx512_bf16"}, "off", None, "amp is off"),
+        (set(), "auto", None, "the CPU has no bf16 instructions"),  # not Linux: no flags
+    ],
+)
+def test_auto_autocast_takes_bf16_on_a_cpu_with_bf16_instructions(
+    monkeypatch, flags, amp, dtype, why
+):
+    monkeypatch.setattr(devices, "cpu_flags", lambda: flags)
+    chosen, reason = devices.choose_autocast(torch.device("cpu"), amp)
+    assert chosen == dtype and why in reason
+
+
+def test_this_cpus_flags_are_read_and_amp_was_a_switch_before():
+    if Path("/proc/cpuinfo").exists():  # Linux: every x86 or Arm CPU lists fpu or fp
+        assert devices.cpu_flags() & {"fpu", "fp"}
+    assert TrainConfig(max_steps=1, amp=True).amp == "auto"  # older checkpoints, records
+    assert TrainConfig(max_steps=1, amp=False).amp == "off"
+    legacy = dataclasses.asdict(TrainConfig(max_steps=1)) | {"amp": False}
+    assert "--amp off" in " ".join(train_argv(legacy))
+    with pytest.raises(ValueError, match="amp 'fast' is not one of auto, on, off"):
+        TrainConfig(max_steps=1, amp="fast")
 
 
 BY_PRESET = ("d_model", "n_heads", "d_ff", "n_layers", "token_budget", "warmup")

@@ -76,15 +76,11 @@ def subcommand(
 def add_field_flag(group: argparse._ArgumentGroup, f: Field) -> None:
     """The flag of one TrainConfig field (--token-budget for token_budget) with the
     field's help text, its bounds as the argument's type and its choices. A bool field
-    is a switch, with --no-NAME for one that is on by default; a default of None is left
-    to TrainConfig."""
+    is a switch, off by default; a default of None is left to TrainConfig."""
     meta, flag = f.metadata, flag_of(f)
     options = dict(dest=f.name, help=meta["help"])
     if isinstance(f.default, bool):
-        if f.default:
-            options["help"] = f"turn off: {meta['help']}"
-        action = "store_false" if f.default else "store_true"
-        group.add_argument(flag, action=action, default=argparse.SUPPRESS, **options)
+        group.add_argument(flag, action="store_true", default=argparse.SUPPRESS, **options)
         return
     # int | None
     kind = next(t for t in get_args(f.type) or (f.type,) if t is not type(None))

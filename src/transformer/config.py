@@ -125,7 +125,12 @@ class TrainConfig(RunKnobs):
         high=1,
     )
     clip: float = knob(1.0, "maximum gradient norm (0: no clipping)", _OPT, low=0)
-    amp: bool = knob(True, "bf16 autocast where the device supports it", _DEVICE)
+    amp: str = knob(
+        "auto",
+        "bf16 autocast: auto (where it is the faster), on or off",
+        _DEVICE,
+        choices=("auto", "on", "off"),
+    )
     compile: bool = knob(
         False, "torch.compile the model (on a CPU it did not pay; chapter 15)", _DEVICE
     )
@@ -141,6 +146,8 @@ class TrainConfig(RunKnobs):
     )
 
     def __post_init__(self):
+        if isinstance(self.amp, bool):  # older checkpoints and records: a switch
+            self.amp = "auto" if self.amp else "off"
         problems = config_problems(self)
         if problems:
             raise ValueError("invalid TrainConfig: " + "; ".join(problems))
@@ -174,22 +181,20 @@ def config_problems(cfg: TrainConfig) -> list[str]:
 
 # %% ../../notebooks/12_training_loop.ipynb #5f1a9c2e
 def flag_of(f: Field) -> str:
-    """The `train` flag of a TrainConfig field: --token-budget for token_budget; a
-    switch that is on by default is turned off by --no-NAME (--no-amp)."""
-    name = f.name.replace("_", "-")
-    return f"--no-{name}" if f.default is True else f"--{name}"
+    """The `train` flag of a TrainConfig field: --token-budget for token_budget."""
+    return "--" + f.name.replace("_", "-")
 
 
 def train_argv(cfg: TrainConfig | Mapping) -> list[str]:
     """The flags of `python -m transformer train` that rebuild cfg (a TrainConfig, or
-    its dict). Every value that is set is written, even a default, so that the command
-    keeps meaning the same run if a default changes; None (the preset's value) and a
-    switch in its default state need no flag."""
-    values = asdict(cfg) if isinstance(cfg, TrainConfig) else cfg
+    its dict, as records hold it). Every value that is set is written, even a default,
+    so that the command keeps meaning the same run if a default changes; None (the
+    preset's value) and a switch that is off need no flag."""
+    values = asdict(cfg if isinstance(cfg, TrainConfig) else TrainConfig(**cfg))
     argv = []
     for f in fields(TrainConfig):
         value = values.get(f.name)
-        if value is None or (isinstance(value, bool) and value == f.default):
+        if value is None or value is False:
             continue
         argv += [flag_of(f)] if isinstance(value, bool) else [flag_of(f), str(value)]
     return argv

@@ -3,14 +3,16 @@
 # %% auto #0
 __all__ = [
     "PEAK_BF16_FLOPS",
+    "BF16_CPU_FLAGS",
     "STOP_SIGNALS",
     "host_reads",
     "resolve_device",
     "setup_distributed",
     "describe_device",
-    "autocast_dtype",
     "peak_flops",
     "compiled_graphs",
+    "cpu_flags",
+    "choose_autocast",
     "StopSignals",
 ]
 
@@ -23,6 +25,7 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -93,14 +96,6 @@ def describe_device(device: torch.device | str) -> str:
     return f"cpu ({platform.machine()}, {os.cpu_count()} cores)"
 
 
-def autocast_dtype(device: torch.device, amp: bool = True) -> torch.dtype | None:
-    """bfloat16 on a CUDA device that supports it (and when `amp`), else None: full
-    float32."""
-    return (
-        torch.bfloat16 if amp and device.type == "cuda" and torch.cuda.is_bf16_supported() else None
-    )
-
-
 def peak_flops(device: torch.device) -> float | None:
     """The dense bf16 peak of this GPU, if it is one we know; None on a CPU or another
     GPU."""
@@ -113,6 +108,42 @@ def peak_flops(device: torch.device) -> float | None:
 def compiled_graphs() -> int:
     """Graphs torch.compile has built in this process so far (dynamo's own count)."""
     return torch._dynamo.utils.counters["stats"]["unique_graphs"]
+
+
+# %% ../../notebooks/12_training_loop.ipynb #b8d4f0e2
+BF16_CPU_FLAGS = {"amx_bf16", "avx512_bf16"}  # x86 instructions that compute in bf16
+
+
+def cpu_flags() -> set[str]:
+    """The CPU's feature flags as Linux lists them in /proc/cpuinfo (none elsewhere)."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return set()
+    flags = next((line for line in lines if line.startswith("flags")), "")
+    return set(flags.partition(":")[2].split())
+
+
+def choose_autocast(device: torch.device, amp: str = "auto") -> tuple[torch.dtype | None, str]:
+    """(autocast dtype: bfloat16, or None for float32; why). "auto" takes bf16 where it
+    is the faster: a CUDA device with bf16, a CPU with bf16 instructions."""
+    if amp == "off":
+        return None, "amp is off"
+    if device.type == "cuda":
+        if torch.cuda.is_bf16_supported():
+            return torch.bfloat16, "a CUDA device with bf16"
+        return None, "a CUDA device without bf16"
+    if native := sorted(BF16_CPU_FLAGS & cpu_flags()):
+        return torch.bfloat16, f"the CPU has {' and '.join(native)}"
+    if amp == "on":
+        return (
+            torch.bfloat16,
+            "amp is on: bf16 emulated, on a CPU without bf16 instructions",
+        )
+    return (
+        None,
+        "the CPU has no bf16 instructions (amx_bf16, avx512_bf16): float32 is faster",
+    )
 
 
 # %% ../../notebooks/12_training_loop.ipynb #641efd49

@@ -27,7 +27,7 @@ from . import checkpoints
 from .batching import load_pairs
 from .buckets import Buckets
 from .config import TrainConfig
-from .devices import autocast_dtype, describe_device
+from .devices import choose_autocast, describe_device
 from .model import Transformer, TransformerConfig
 from .tokenizer import PAD_ID, Tokenizer, multi30k_tokenizer
 from .training import make_optimizer
@@ -52,6 +52,7 @@ class Run:
     optimizer: torch.optim.Adam
     scheduler: LambdaLR
     amp_dtype: torch.dtype | None  # autocast's: bfloat16, or None for float32
+    amp_why: str  # why that dtype (choose_autocast)
     step: int = 0
     wall_before: float = 0.0  # seconds spent in earlier sessions of a resumed run
     started: float = field(default_factory=time.perf_counter)
@@ -137,6 +138,7 @@ def start_run(
     asked. `started`: the perf_counter() reading the run's wall clock counts from
     (default: now)."""
     cfg, device = cfg.resolved(), torch.device(device)
+    amp_dtype, amp_why = choose_autocast(device, cfg.amp)
     if not cfg.resume:
         check_fresh(Path(cfg.out))
     # the language pair's vocabulary
@@ -159,7 +161,8 @@ def start_run(
         wrapped_model=wrap(model, cfg, world_size),
         optimizer=optimizer,
         scheduler=scheduler,
-        amp_dtype=autocast_dtype(device, cfg.amp),
+        amp_dtype=amp_dtype,
+        amp_why=amp_why,
         started=time.perf_counter() if started is None else started,
     )
     if cfg.resume:
@@ -209,6 +212,11 @@ def save_run(run: Run) -> None:
             "wall_s": run.wall(),
             "world_size": run.world_size,
             "device": describe_device(run.device),
+            # bf16 autocast or float32, and why (choose_autocast)
+            "autocast": {
+                "dtype": "bfloat16" if run.amp_dtype else "float32",
+                "why": run.amp_why,
+            },
             "train_config": asdict(run.cfg),
             "model_config": asdict(run.model_cfg),
         }

@@ -144,6 +144,8 @@ def record_run(
     return {
         "direction": f"{src}-{tgt}",
         "device": ckpt["device"],  # where it trained
+        # bf16 or float32, and why (chapter 12); None for a run from before it was kept
+        "autocast": ckpt.get("autocast"),
         **provenance([train_command(train_cfg), "&&", *command]),
         "config": {
             "train": train_cfg,
