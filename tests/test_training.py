@@ -454,28 +454,52 @@ def test_a_signal_saves_the_step_it_stopped_at_and_the_resume_is_exact(
     assert_resumed_exactly(straight_run, out, 5)
 
 
-def test_torchrun_ranks_stop_together_when_one_of_them_gets_a_signal(tmp_path):
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+DDP_FLAGS = ("--device", "cpu", "--log-every", "4", "--eval-every", "12", "--save-every", "12")
+
+
+def ddp_train(out, *extra: str) -> subprocess.CompletedProcess:
+    """24 steps of two CPU processes under torchrun (gloo), DDP_FLAGS; it must succeed."""
+    command = TORCHRUN + train_command(out, 24, *DDP_FLAGS, *extra)[1:]
+    done = subprocess.run(command, capture_output=True, text=True, env=ENV, timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+@pytest.fixture(scope="module")
+def ddp_straight(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+    """An uninterrupted torchrun run (ddp_train), and how its launcher ended."""
+    out = tmp_path_factory.mktemp("ddp") / "straight"
+    return out, ddp_train(out)
+
+
+def test_torchrun_two_cpu_processes_with_gloo(ddp_straight):
+    """Rank 0 alone writes the records and checkpoints and prints the summary."""
+    out, done = ddp_straight
+    steps = [r["step"] for r in records(out)]
+    assert steps == list(range(4, 25, 4)) and "val_loss" in records(out)[-1]
+    summaries = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    assert len(summaries) == 1 and summaries[0]["step"] == 24
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == [
+        "latest.pt",
+        "step_0000012.pt",
+        "step_0000024.pt",
+    ]
+
+
+def test_torchrun_ranks_stop_together_when_one_of_them_gets_a_signal(tmp_path, ddp_straight):
     """SIGTERM reaches rank 1 alone (torchrun would pass its own on to both): rank 0 learns of it
     only through the ranks' agreement at the next log point, and stops at the same step; rank 0
     saves that step, and the resumed run equals an uninterrupted one."""
-    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
-    flags = ("--device", "cpu", "--log-every", "4", "--eval-every", "1000", "--save-every", "1000")
-    straight, stopped = tmp_path / "straight", tmp_path / "stopped"
-
-    def ddp(out, *extra: str) -> None:
-        command = launcher + train_command(out, 24, *flags, *extra)[1:]
-        done = subprocess.run(command, capture_output=True, text=True, env=ENV, timeout=240)
-        assert done.returncode == 0, done.stderr[-3000:]
-
-    ddp(straight)
-    command = launcher + train_command(stopped, 24, *flags)[1:]
+    stopped = tmp_path / "stopped"
+    command = TORCHRUN + train_command(stopped, 24, *DDP_FLAGS)[1:]
     done = stopped_by(command, stopped, signal.SIGTERM, rank=1)
     assert "stopped by SIGTERM" in done.stderr, done.stderr[-3000:]  # rank 0 prints it
     last, ckpt = records(stopped)[-1], load_checkpoint(stopped / "checkpoints/latest.pt")
     assert ckpt["step"] == last["step"] < 24 and last["step"] % 4 == 0
     assert last["stopped_by"] == "SIGTERM" and ckpt["world_size"] == 2
-    ddp(stopped, "--resume")
-    assert_resumed_exactly(straight, stopped, 4)
+    ddp_train(stopped, "--resume")
+    assert_resumed_exactly(ddp_straight[0], stopped, 4)
 
 
 def test_a_damaged_latest_checkpoint_falls_back_to_the_newest_readable_one(tmp_path):

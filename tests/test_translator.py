@@ -1,6 +1,6 @@
 """The translator in the page (src/transformer/static/translator.js, chapter 15) in headless
 Chromium, held to the package: the same ids as SentencePiece, the same numbers as PyTorch within
-1e-4, the same translations as `load_pretrained(d).translate([s])`, and a page that bad input
+1e-4, the same translations as `load_pretrained(d).translate`, and a page that bad input
 does not break.
 
 How it works
@@ -190,7 +190,7 @@ def test_same_translations_as_pytorch(page, pretrained, direction):
     one differs, the two hypotheses score within 1e-4 of each other (a near tie)."""
     shipped = pretrained[direction]
     sentences = read_sentences("test_2016_flickr", direction.split("-")[0])[:100]
-    want = [shipped.translate([s])[0] for s in sentences]
+    want = shipped.translate(sentences)  # batched, as alone (test_decoding.py tests that)
     got = page.evaluate(TRANSLATE_ALL, [direction, sentences])
     differ = [i for i, (g, w) in enumerate(zip(got, want, strict=True)) if g["translation"] != w]
     print(f"\n{direction}: {100 - len(differ)}/100 the same; differing: {differ}")

@@ -136,7 +136,7 @@ def train_command(cfg: dict) -> str:
 # training from process start to the last checkpoint
 GOALS = {
     "gpu": ({"en-de": 42.0, "de-en": 42.0}, 120),
-    "cpu": ({"en-de": 38.0, "de-en": 42.0}, 3600),
+    "cpu": ({"en-de": 40.0, "de-en": 42.0}, 3600),
 }
 # published small Transformers on Multi30k, each on its own metric (chapter 15's table)
 ANCHORS = {"en-de": 41.02, "de-en": 36.52}
