@@ -192,6 +192,8 @@ def test_record_writes_a_complete_result(tiny_run, tmp_path, capsys, beam_alphas
         "max_sentences": 8,
     }
     assert result["curves"]["val_step"] == [10]
+    assert set(result["runaway"]) == {"val", "test_2016_flickr"}
+    assert all(0 <= share <= 1 for share in result["runaway"].values())
     assert result["command"].startswith("python -m transformer train --src en --tgt de")
     assert "&& python -m transformer record" in result["command"]
     assert len(result["samples"]) == 8  # ten asked for, but only eight sentences were scored

@@ -23,7 +23,7 @@ from transformer.pretrained import (
     unpack_weights,
 )
 from transformer.results import load_results
-from transformer.scoring import attention_record
+from transformer.scoring import attention_record, runaways
 
 DIRECTIONS = ("de-en", "en-de")
 
@@ -53,6 +53,17 @@ def test_shipped_models_translate_deterministically_and_keep_their_bleu(shipped)
     recorded = {r["direction"]: r for r in load_results() if r["device"].startswith("cpu")}
     full_val = recorded[shipped.direction]["bleu"]["val"]["sacrebleu_lc"]
     assert check["bleu_lc"] > full_val - 5  # int8 storage costs little
+
+
+def test_runaways_finds_a_piece_three_times_running_and_an_overlong_output(shipped):
+    """runs_away on the tokenizer's pieces: the record's runaway share counts these."""
+    outputs = [
+        "Ein Hund läuft.",
+        "Ein Hund Hund Hund läuft.",  # one piece three times in a row
+        "Ein Hund läuft über eine große grüne Wiese vor einem weißen Haus.",  # > 2x long
+        "Ein Hund Hund läuft.",  # twice is not a loop
+    ]
+    assert runaways(shipped.tokenizer, ["A dog runs."] * 4, outputs) == [1, 2]
 
 
 def test_explore_computes_the_attention_of_the_shipped_model(shipped):

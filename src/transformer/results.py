@@ -49,6 +49,7 @@ REQUIRED_KEYS = (
     "curves",
     "samples",
     "attention",
+    "runaway.test_2016_flickr",
 )
 
 

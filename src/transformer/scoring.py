@@ -8,6 +8,8 @@ __all__ = [
     "bleu_entry",
     "attention_record",
     "runs_away",
+    "runaways",
+    "runaway_share",
     "record_run",
 ]
 
@@ -116,6 +118,25 @@ def runs_away(source: Sequence[str], output: Sequence[str]) -> bool:
     return repeats or len(output) > 2 * len(source)
 
 
+def runaways(tokenizer: Tokenizer, sources: Sequence[str], outputs: Sequence[str]) -> list[int]:
+    """The indices of the outputs that run away, both sides cut into the tokenizer's
+    pieces."""
+    pieces = tokenizer.sp.encode(list(sources) + list(outputs), out_type=str)
+    src_pieces, out_pieces = pieces[: len(sources)], pieces[len(sources) :]
+    return [
+        i for i, (s, o) in enumerate(zip(src_pieces, out_pieces, strict=True)) if runs_away(s, o)
+    ]
+
+
+def runaway_share(
+    tokenizer: Tokenizer, split: str, src: str, tgt: str, hypotheses: Sequence[str]
+) -> float:
+    """The share of a split's translations that run away, for its first
+    len(hypotheses) sentences."""
+    pairs = load_multi30k(split, src, tgt)[: len(hypotheses)]
+    return len(runaways(tokenizer, [s for s, _ in pairs], hypotheses)) / len(pairs)
+
+
 # %% ../../notebooks/15_translator.ipynb #caa52e7d
 def record_run(
     run_dir: str | Path,
@@ -162,6 +183,11 @@ def record_run(
         "train_wall_seconds": round(ckpt["wall_s"], 1),
         "tokens_per_s": round(tokens_per_s, 1),
         "bleu": {split: bleu_entry(result) for split, result in scored.items()},
+        # the share of each split's translations that loop (runs_away)
+        "runaway": {
+            split: round(runaway_share(tokenizer, split, src, tgt, r.hypotheses), 4)
+            for split, r in scored.items()
+        },
         "curves": curves,
         "samples": samples,
         "attention": attention_record(model, tokenizer, looked_at, decoding),
