@@ -48,7 +48,7 @@ def main() -> None:
                 "decoding": asdict(decoding),
             }
             record |= score_trial(cfg, decoding, device, max_sentences=None)
-            records.append(record | {"changes": {}, **provenance(sys.argv)})
+            records.append(record | {"changes": {}, **provenance(["python", *sys.argv])})
             print(summary_line(records[-1]), flush=True)
         add_trials(args.out, records)
 
