@@ -193,7 +193,9 @@ def test_record_writes_a_complete_result(tiny_run, tmp_path, capsys, beam_alphas
     }
     assert result["curves"]["val_step"] == [10]
     assert set(result["runaway"]) == {"val", "test_2016_flickr"}
-    assert all(0 <= share <= 1 for share in result["runaway"].values())
+    for split in result["runaway"].values():
+        assert 0 <= split["share"] <= 1 and len(split["examples"]) <= 4
+        assert all(set(e) == {"source", "hypothesis"} for e in split["examples"])
     assert result["command"].startswith("python -m transformer train --src en --tgt de")
     assert "&& python -m transformer record" in result["command"]
     assert len(result["samples"]) == 8  # ten asked for, but only eight sentences were scored

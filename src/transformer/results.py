@@ -49,7 +49,7 @@ REQUIRED_KEYS = (
     "curves",
     "samples",
     "attention",
-    "runaway.test_2016_flickr",
+    "runaway.test_2016_flickr.share",
 )
 
 

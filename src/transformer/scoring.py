@@ -9,7 +9,7 @@ __all__ = [
     "attention_record",
     "runs_away",
     "runaways",
-    "runaway_share",
+    "runaway_entry",
     "record_run",
 ]
 
@@ -128,13 +128,22 @@ def runaways(tokenizer: Tokenizer, sources: Sequence[str], outputs: Sequence[str
     ]
 
 
-def runaway_share(
-    tokenizer: Tokenizer, split: str, src: str, tgt: str, hypotheses: Sequence[str]
-) -> float:
-    """The share of a split's translations that run away, for its first
-    len(hypotheses) sentences."""
-    pairs = load_multi30k(split, src, tgt)[: len(hypotheses)]
-    return len(runaways(tokenizer, [s for s, _ in pairs], hypotheses)) / len(pairs)
+def runaway_entry(
+    tokenizer: Tokenizer,
+    split: str,
+    src: str,
+    tgt: str,
+    hypotheses: Sequence[str],
+    n_examples: int = 4,
+) -> dict:
+    """What a record keeps of a split's runaways: their share of its translations (of
+    its first len(hypotheses) sentences), and the first n_examples, with sources."""
+    sources = [s for s, _ in load_multi30k(split, src, tgt)[: len(hypotheses)]]
+    bad = runaways(tokenizer, sources, hypotheses)
+    return {
+        "share": round(len(bad) / len(sources), 4),
+        "examples": [{"source": sources[i], "hypothesis": hypotheses[i]} for i in bad[:n_examples]],
+    }
 
 
 # %% ../../notebooks/15_translator.ipynb #caa52e7d
@@ -183,9 +192,9 @@ def record_run(
         "train_wall_seconds": round(ckpt["wall_s"], 1),
         "tokens_per_s": round(tokens_per_s, 1),
         "bleu": {split: bleu_entry(result) for split, result in scored.items()},
-        # the share of each split's translations that loop (runs_away)
+        # each split's translations that loop (runs_away): their share, and examples
         "runaway": {
-            split: round(runaway_share(tokenizer, split, src, tgt, r.hypotheses), 4)
+            split: runaway_entry(tokenizer, split, src, tgt, r.hypotheses)
             for split, r in scored.items()
         },
         "curves": curves,
