@@ -16,6 +16,7 @@ from transformer.cli import build_parser, main
 from transformer.config import TrainConfig, train_argv
 from transformer.decoding import Decoding
 from transformer.devices import choose_autocast
+from transformer.pretrained import load_pretrained, read_manifest
 from transformer.results import load_results, missing_keys, train_command
 from transformer.search import read_grid, read_trials
 
@@ -218,6 +219,28 @@ def test_record_refuses_too_few_checkpoints_and_bad_results(tiny_run, tmp_path, 
     (tmp_path / "bad.json").write_text(json.dumps({"direction": "en-de"}))
     with pytest.raises(ValueError, match="bad.json is not a recorded run: it lacks device"):
         load_results(tmp_path)
+
+
+def test_ship_stores_a_translator_that_loads_and_drops_files_no_direction_names(
+    tiny_run, tmp_path, capsys
+):
+    out = tmp_path / "weights"
+    out.mkdir()
+    for name in ("de-en.safetensors", "old-bpe8000.model", "notes.txt"):
+        (out / name).write_text("an earlier ship's file")
+    argv = ["ship", str(tiny_run), "--out", str(out), "--average", "3", "--beam-size", "1"]
+    assert main(argv) == 0
+    assert capsys.readouterr().out.startswith("en-de.safetensors: ")
+    entry = read_manifest(out)["en-de"]
+    assert entry["decoding"] == asdict(Decoding(average=3, beam_size=1))
+    kept = {entry["weights"], entry["tokenizer"], "manifest.json", "notes.txt"}
+    assert {p.name for p in out.iterdir()} == kept  # the old weights and vocabulary are gone
+    new_file = tmp_path / "new"
+    new_file.touch()
+    assert {(out / name).stat().st_mode for name in kept} == {new_file.stat().st_mode}
+    shipped = load_pretrained("en-de", root=out)
+    assert shipped.decoding == Decoding(average=3, beam_size=1)
+    assert shipped.check_bleu() == entry["check"]["bleu_lc"]
 
 
 def test_torchrun_ranks_stop_together_at_max_seconds(tmp_path):

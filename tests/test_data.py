@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from transformer import data
-from transformer.data import SPLIT_SIZES, load_multi30k, multi30k_file
+from transformer.data import SPLIT_SIZES, atomic_write, load_multi30k, multi30k_file
 
 
 @pytest.mark.parametrize("split", list(SPLIT_SIZES))
@@ -103,3 +103,18 @@ def test_download_goes_to_the_cache_and_is_verified(tmp_path, monkeypatch):
     (mirror / "val.fr.gz").write_bytes(files["de"])
     with pytest.raises(ValueError, match=f"val.fr.gz: expected sha256 {data.SHA256['val.fr.gz']}"):
         load_multi30k("val", "en", "fr")
+
+
+def test_atomic_write_gives_the_file_the_mode_of_a_new_file(tmp_path):
+    """safetensors writes its files 0600; atomic_write gives every file the mode that a new
+    file gets here (0666 less the umask), so that shipped weights are readable like the rest."""
+    new = tmp_path / "new"
+    new.touch()
+
+    def private(tmp):
+        tmp.write_bytes(b"weights")
+        tmp.chmod(0o600)
+
+    path = atomic_write(tmp_path / "w.safetensors", private)
+    assert path.read_bytes() == b"weights"
+    assert oct(path.stat().st_mode) == oct(new.stat().st_mode)

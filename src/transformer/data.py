@@ -73,12 +73,17 @@ def atomic_write(path: str | Path, write: Callable[[Path], object]) -> Path:
     """Call write(tmp) on a temporary file beside `path`, then rename it onto `path` in
     one step, so that a reader (or a crash) never sees half a file. Every file the
     package writes goes through here: downloads, tokenizers, checkpoints, records,
-    shipped weights."""
+    shipped weights. The file gets the mode of any new file (the umask's), even where
+    `write` sets its own (safetensors writes 0600)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     try:
+        tmp.unlink(missing_ok=True)  # a crashed write's leftover keeps its mode
+        tmp.touch()
+        mode = tmp.stat().st_mode
         write(tmp)
+        tmp.chmod(mode)
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)

@@ -161,7 +161,8 @@ def ship(
     package to ship: DIRECTION.safetensors (pack_weights), the run's SentencePiece
     model, and the direction's manifest entry: both files' SHA-256, the model config,
     the decoding, and the shipped model's BLEU on the first CHECK_SENTENCES of val
-    (Pretrained.check_bleu)."""
+    (Pretrained.check_bleu). Weights and vocabularies in `out` that no direction of
+    the manifest names any more are removed."""
     model, ckpt = load_run(run_dir, decoding.average)
     direction = f"{ckpt['train_config']['src']}-{ckpt['train_config']['tgt']}"
     config, packed = ckpt["model_config"], pack_weights(model)
@@ -195,6 +196,11 @@ def ship(
         "trained_on": ckpt["device"],
     }
     manifest = read_manifest(out) if (out / MANIFEST).is_file() else {}
-    text = json.dumps(manifest | {direction: entry}, indent=1, sort_keys=True) + "\n"
+    manifest |= {direction: entry}
+    text = json.dumps(manifest, indent=1, sort_keys=True) + "\n"
     atomic_write(out / MANIFEST, lambda tmp: tmp.write_text(text))
+    named = {e[key] for e in manifest.values() for key in ("weights", "tokenizer")}
+    for old in [*out.glob("*.safetensors"), *out.glob("*.model")]:
+        if old.name not in named:  # e.g. a vocabulary that no direction uses any more
+            old.unlink()
     return entry
