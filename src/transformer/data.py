@@ -69,6 +69,14 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def _umask() -> int:
+    """The process's umask. os.umask reads it only by setting another, so for that
+    instant it is the strict 077."""
+    mask = os.umask(0o077)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write(path: str | Path, write: Callable[[Path], object]) -> Path:
     """Call write(tmp) on a temporary file beside `path`, then rename it onto `path` in
     one step, so that a reader (or a crash) never sees half a file. Every file the
@@ -79,11 +87,8 @@ def atomic_write(path: str | Path, write: Callable[[Path], object]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     try:
-        tmp.unlink(missing_ok=True)  # a crashed write's leftover keeps its mode
-        tmp.touch()
-        mode = tmp.stat().st_mode
         write(tmp)
-        tmp.chmod(mode)
+        tmp.chmod(0o666 & ~_umask())
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
