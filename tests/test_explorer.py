@@ -140,21 +140,28 @@ def choose(page, root: str, **choices) -> None:
     page.eval_on_selector(f"#{root}", CHOOSE, {k: str(v) for k, v in choices.items()})
 
 
-def drawn(page, root: str) -> tuple[dict, set]:
-    """The cells on the page: {(q, k): weight} and the set of masked (q, k)."""
-    cells = page.eval_on_selector_all(
-        f"#{root} rect[data-q]",
-        "rects => rects.map(r => [+r.dataset.q, +r.dataset.k, r.dataset.value || null])",
-    )
-    weights = {(q, k): float(v) for q, k, v in cells if v is not None}
-    masked = {(q, k) for q, k, v in cells if v is None}
+DRAWN = """(root) => ({
+  state: {...root.dataset},
+  // the cells as one string: 2,000 small arrays would cross to Python one value at a time
+  cells: Array.from(root.querySelectorAll("rect[data-q]"),
+    (r) => `${r.dataset.q},${r.dataset.k},${r.dataset.value || ""}`).join(" "),
+})"""
+
+
+def drawn(page, root: str) -> tuple[dict, dict, set]:
+    """Explorer `root` as the page shows it, in one round trip: its state (the data-
+    attributes of its element), the weighted cells {(q, k): weight}, and the masked (q, k)."""
+    seen = page.eval_on_selector(f"#{root}", DRAWN)
+    cells = [cell.split(",") for cell in seen["cells"].split()]
+    weights = {(int(q), int(k)): float(v) for q, k, v in cells if v}
+    masked = {(int(q), int(k)) for q, k, v in cells if not v}
     assert len(weights) + len(masked) == len(cells)
-    return weights, masked
+    return seen["state"], weights, masked
 
 
 def assert_shows(page, root, directions, direction, sentence, kind, layer, head) -> None:
     """The page's explorer `root` draws exactly this selection's weights."""
-    state = page.eval_on_selector(f"#{root}", "e => ({...e.dataset})")
+    state, weights, masked = drawn(page, root)
     assert state == dict(
         direction=direction, sentence=str(sentence), kind=kind, layer=str(layer), head=str(head)
     )
@@ -162,7 +169,6 @@ def assert_shows(page, root, directions, direction, sentence, kind, layer, head)
     want = heads.mean(0) if head == "mean" else heads[head - 1]
     n_q, n_k = want.shape
     upper = {(q, k) for q in range(n_q) for k in range(n_k) if k > q}
-    weights, masked = drawn(page, root)
     assert masked == (upper if kind == "decoder" else set())
     assert set(weights) == {(q, k) for q in range(n_q) for k in range(n_k)} - masked
     got = np.zeros((n_q, n_k))
