@@ -6,13 +6,14 @@
 #
 #   bash benchmarks/gpu_session.sh pack                  # here, once: fill .gpu/ to carry
 #   bash benchmarks/gpu_session.sh search GRID [SECONDS] # trials on val -> results/trials.jsonl
-#   bash benchmarks/gpu_session.sh final "TRAIN FLAGS" "RECORD FLAGS"
-#                                    # en-de and de-en: train, record -> results/{en-de,de-en}.json
+#   bash benchmarks/gpu_session.sh final "TRAIN FLAGS" "RECORD FLAGS" "SHIP FLAGS"
+#                                    # en-de and de-en: train, record -> results/{en-de,de-en}.json,
+#                                    # ship -> src/transformer/weights/ beside the CPU models
 #   bash benchmarks/gpu_session.sh bench                 # loop and step benchmarks -> results/
 #
-# Every stage copies what it wrote under results/ to $OUT (when set), to be brought back and
-# committed. TOY=1 runs a stage at toy size on the CPU (results to a temporary folder), to check
-# the script before GPU time is spent on it.
+# Every stage copies what it wrote under results/ (and final, what ship wrote) to $OUT (when set),
+# to be brought back and committed. TOY=1 runs a stage at toy size on the CPU (results, and a copy
+# of the weights folder, in a temporary folder), to check the script before GPU time is spent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 stage=${1:?"stage: pack, search, final or bench"}
@@ -22,8 +23,12 @@ export PYTHONPATH=src:.gpu/site PYTHONUNBUFFERED=1 TQDM_MININTERVAL=15
 export MULTI30K_DIR=${MULTI30K_DIR:-.gpu/multi30k} TRANSFORMER_CACHE=${TRANSFORMER_CACHE:-.gpu/cache}
 if [ -f .gpu/provenance.env ]; then set -a; . .gpu/provenance.env; set +a; fi  # pack's commit
 results=${RESULTS:-results}
+weights=src/transformer/weights
 toy=${TOY:-0}
-if [ "$toy" = 1 ]; then results=$(mktemp -d); fi
+if [ "$toy" = 1 ]; then
+  results=$(mktemp -d)
+  cp -r "$weights" "$results/weights" && weights=$results/weights
+fi
 runs=${RUNS:-runs}
 
 bring_back() {  # copy what this stage wrote to $OUT (the device tool brings $OUT back)
@@ -56,6 +61,7 @@ search)
 final)
   train_flags=${1:?"final needs the train flags"}
   record_flags=${2:-}
+  ship_flags=${3:-}
   if [ "$toy" = 1 ]; then record_flags="$record_flags --max-sentences 20"; fi
   for pair in "en de" "de en"; do
     set -- $pair
@@ -64,8 +70,13 @@ final)
     "$py" -m transformer train --src "$1" --tgt "$2" $train_flags --out "$runs/$1-$2"
     # shellcheck disable=SC2086
     "$py" -m transformer record "$runs/$1-$2" --out "$results/$1-$2.json" $record_flags
+    # shellcheck disable=SC2086
+    "$py" -m transformer ship "$runs/$1-$2" --out "$weights" $ship_flags
   done
-  bring_back "$results/en-de.json" "$results/de-en.json"
+  # the manifest (both kinds of model), and the weights and vocabularies ship wrote here
+  shopt -s nullglob  # TOY=1 trains on the CPU: no *-gpu files
+  bring_back "$results/en-de.json" "$results/de-en.json" "$weights/manifest.json" \
+    "$weights"/*-gpu.safetensors "$weights"/*.model
   ;;
 bench)
   device=cuda steps=200

@@ -221,24 +221,33 @@ def test_record_refuses_too_few_checkpoints_and_bad_results(tiny_run, tmp_path, 
         load_results(tmp_path)
 
 
-def test_ship_stores_a_translator_that_loads_and_drops_files_no_direction_names(
+def test_ship_stores_a_translator_beside_the_other_kind_and_drops_files_no_model_names(
     tiny_run, tmp_path, capsys
 ):
+    """The tiny run (a CPU run) ships into a folder whose manifest holds a GPU-trained en-de
+    model: both stay, the GPU one's files too; files that no model names go."""
     out = tmp_path / "weights"
     out.mkdir()
-    for name in ("de-en.safetensors", "old-bpe8000.model", "notes.txt"):
+    gpu_files = {"weights": "en-de-gpu.safetensors", "tokenizer": "gpu-bpe8000.model"}
+    gpu = gpu_files | {"trained_on": "NVIDIA H100 80GB HBM3", "check": {"bleu_lc": -1.0}}
+    (out / "manifest.json").write_text(json.dumps({"en-de": {"gpu": gpu}}))
+    earlier = {"de-en.safetensors", "old-bpe8000.model", "notes.txt", *gpu_files.values()}
+    for name in earlier:
         (out / name).write_text("an earlier ship's file")
     argv = ["ship", str(tiny_run), "--out", str(out), "--average", "3", "--beam-size", "1"]
     assert main(argv) == 0
-    assert capsys.readouterr().out.startswith("en-de.safetensors: ")
-    entry = read_manifest(out)["en-de"]
+    assert capsys.readouterr().out.startswith("en-de-cpu.safetensors: ")
+    models = read_manifest(out)["en-de"]
+    assert sorted(models) == ["cpu", "gpu"] and models["gpu"] == gpu
+    entry = models["cpu"]
     assert entry["decoding"] == asdict(Decoding(average=3, beam_size=1))
-    kept = {entry["weights"], entry["tokenizer"], "manifest.json", "notes.txt"}
-    assert {p.name for p in out.iterdir()} == kept  # the old weights and vocabulary are gone
+    written = {entry["weights"], entry["tokenizer"], "manifest.json"}
+    # the old weights and vocabulary are gone; the GPU model's files and other files stay
+    assert {p.name for p in out.iterdir()} == written | {"notes.txt", *gpu_files.values()}
     new_file = tmp_path / "new"
     new_file.touch()
-    assert {(out / name).stat().st_mode for name in kept} == {new_file.stat().st_mode}
-    shipped = load_pretrained("en-de", root=out)
+    assert {(out / name).stat().st_mode for name in written} == {new_file.stat().st_mode}
+    shipped = load_pretrained("en-de", root=out)  # the better check: the CPU model here
     assert shipped.decoding == Decoding(average=3, beam_size=1)
     assert shipped.check_bleu() == entry["check"]["bleu_lc"]
 

@@ -20,6 +20,7 @@ from transformer.pretrained import (
     load_pretrained,
     pack_weights,
     read_manifest,
+    shipped_entry,
     unpack_weights,
 )
 from transformer.results import load_results
@@ -36,17 +37,35 @@ def shipped(request):
 def test_every_direction_is_shipped_small_with_its_files():
     manifest = read_manifest()
     assert sorted(manifest) == sorted(DIRECTIONS)
-    for direction, entry in manifest.items():
-        files = [WEIGHTS / entry["weights"], WEIGHTS / entry["tokenizer"]]
-        assert sum(f.stat().st_size for f in files) <= 8_000_000, direction
-        assert entry["trained_on"].startswith("cpu")
+    for direction, models in manifest.items():
+        assert "cpu" in models, direction  # the CPU translator stays beside any GPU one
+        for kind, entry in models.items():
+            files = [WEIGHTS / entry["weights"], WEIGHTS / entry["tokenizer"]]
+            assert sum(f.stat().st_size for f in files) <= 8_000_000, direction
+            assert entry["trained_on"].startswith("cpu") == (kind == "cpu")
+
+
+def test_the_default_model_of_a_direction_has_the_best_check_bleu(tmp_path):
+    """Two models of one direction: by default the better on val's check; either by name."""
+    entry = read_manifest()[DIRECTIONS[0]]["cpu"]
+    better = entry | {"trained_on": "NVIDIA H100", "check": entry["check"] | {"bleu_lc": 99.0}}
+    manifest = {DIRECTIONS[0]: {"cpu": entry, "gpu": better}}
+    assert shipped_entry(manifest, DIRECTIONS[0]) is better
+    assert shipped_entry(manifest, DIRECTIONS[0], "cpu") is entry
+    manifest[DIRECTIONS[0]]["gpu"] = better | {"check": entry["check"]}  # a tie: the first
+    assert shipped_entry(manifest, DIRECTIONS[0]) is entry
+    with pytest.raises(ValueError, match="no gpu-trained model shipped for 'en-de'; shipped: cpu"):
+        shipped_entry(read_manifest(), "en-de", "gpu")
+    # a manifest of an earlier version: one entry in each direction's place
+    (tmp_path / MANIFEST).write_text(json.dumps({DIRECTIONS[0]: better}))
+    assert read_manifest(tmp_path) == {DIRECTIONS[0]: {"gpu": better}}
 
 
 def test_shipped_models_translate_deterministically_and_keep_their_bleu(shipped):
     sentences = ["A man is riding a bike.", "Zwei Hunde spielen im Schnee."]
     first, again = shipped.translate(sentences), shipped.translate(sentences)
     assert first == again and all(first)
-    check = read_manifest()[shipped.direction]["check"]
+    check = shipped_entry(read_manifest(), shipped.direction)["check"]
     assert check["split"] == "val" and check["sentences"] == 200
     # the number ship stored, recomputed from the shipped files; float noise may move a word
     assert shipped.check_bleu() == pytest.approx(check["bleu_lc"], abs=0.5)
@@ -107,7 +126,7 @@ def test_int8_rows_keep_each_rows_largest_weight():
 def copy_of_weights(tmp_path):
     root = tmp_path / "weights"
     shutil.copytree(WEIGHTS, root)
-    return root, read_manifest(root)[DIRECTIONS[0]]
+    return root, read_manifest(root)[DIRECTIONS[0]]["cpu"]
 
 
 def test_a_missing_truncated_or_altered_file_is_refused(copy_of_weights):
@@ -134,11 +153,11 @@ def test_a_missing_truncated_or_altered_file_is_refused(copy_of_weights):
 def test_weights_of_another_configuration_are_refused(copy_of_weights):
     root, entry = copy_of_weights
     manifest = read_manifest(root)
-    manifest[DIRECTIONS[0]]["model_config"]["d_ff"] *= 2
+    manifest[DIRECTIONS[0]]["cpu"]["model_config"]["d_ff"] *= 2
     (root / MANIFEST).write_text(json.dumps(manifest))
     with pytest.raises(
         ValueError,
-        match=rf"{DIRECTIONS[0]}.safetensors \(SHA-256 {entry['weights_sha256']}\) does not fit",
+        match=rf"{entry['weights']} \(SHA-256 {entry['weights_sha256']}\) does not fit",
     ):
         load_pretrained(DIRECTIONS[0], root=root)
 
@@ -162,7 +181,7 @@ def test_a_pip_install_brings_the_weights(tmp_path):
     assert done.returncode == 0, done.stderr
     (wheel,) = tmp_path.glob("transformer-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
-    for entry in read_manifest().values():
+    for entry in (e for models in read_manifest().values() for e in models.values()):
         assert f"transformer/weights/{entry['weights']}" in names
         assert f"transformer/weights/{entry['tokenizer']}" in names
     zipfile.ZipFile(wheel).extractall(tmp_path / "site")
@@ -190,4 +209,4 @@ def test_the_cpu_records_of_the_shipped_models_are_complete():
     for r in records.values():
         assert r["device"].startswith("cpu") and r["config"]["decoding"]["max_sentences"] is None
         assert len(r["samples"]) == 10 and len(r["attention"]) == 12
-        assert r["steps"] == read_manifest()[r["direction"]]["steps"]  # the shipped model's run
+        assert r["steps"] == read_manifest()[r["direction"]]["cpu"]["steps"]  # the shipped run

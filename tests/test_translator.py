@@ -35,7 +35,7 @@ import torch
 from transformer import translator_page
 from transformer.data import read_sentences
 from transformer.decoding import DecoderState, beam_search, evaluating, lp
-from transformer.pretrained import load_pretrained, read_manifest
+from transformer.pretrained import load_pretrained, read_manifest, shipped_entry
 from transformer.tokenizer import BOS_ID, PAD_ID, UNK_ID
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -250,9 +250,9 @@ def test_weights_load_when_asked(browser, site):
     finally:
         context.close()
     assert opened == ["translator.html", "translator.js"], opened
-    tokenizer = read_manifest()["en-de"]["tokenizer"]
+    entry = shipped_entry(read_manifest(), "en-de")  # the direction's best model
     assert sorted(asked[2:]) == sorted(
-        ["manifest.json.js", f"{tokenizer}.js", "en-de.safetensors.js"]
+        ["manifest.json.js", f"{entry['tokenizer']}.js", f"{entry['weights']}.js"]
     )
     assert not problems, problems
 
@@ -268,7 +268,8 @@ def test_sha256_by_hand(page):
 def test_damaged_weights_are_refused(browser, tmp_path, examples):
     """A changed byte in the shipped weights: the translation fails with the SHA-256 message."""
     site = build_site(tmp_path, examples)
-    asset = site / "_static" / "translator" / "en-de.safetensors.js"
+    weights = shipped_entry(read_manifest(), "en-de")["weights"]  # what the page loads
+    asset = site / "_static" / "translator" / f"{weights}.js"
     text = asset.read_text()
     at = text.index('= "') + 5000
     asset.write_text(text[:at] + ("B" if text[at] != "B" else "C") + text[at + 1 :])
@@ -279,7 +280,7 @@ def test_damaged_weights_are_refused(browser, tmp_path, examples):
         status = visit.page.inner_text(f"#{ID} .tx-status")
     finally:
         visit.close()
-    assert "en-de.safetensors is damaged or altered" in status, status
+    assert f"{weights} is damaged or altered" in status, status
     assert not visit.blocked and not visit.errors, (visit.blocked, visit.errors)
 
 

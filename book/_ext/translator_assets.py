@@ -1,7 +1,7 @@
 """The browser translator's files in the built book: `_static/translator/`.
 
 The page's translator (src/transformer/static/translator.js, chapter 15) reads the shipped files
-of src/transformer/weights/ as they are: the manifest, each DIRECTION.safetensors and the
+of src/transformer/weights/ as they are: the manifest, each model's safetensors and its
 SentencePiece model. A page opened from disk (file://) may not `fetch` them, but it may run a
 script, so each file F is written as F.js, one line that stores F's exact bytes in base64:
 
@@ -32,12 +32,13 @@ def asset_script(name: str, data: bytes) -> str:
 
 
 def write_assets(out_dir: str | Path, weights: str | Path = WEIGHTS) -> list[Path]:
-    """Write translator.js and one NAME.js per shipped file (manifest.json, every direction's
-    safetensors and tokenizer) into `out_dir`; returns the paths written."""
+    """Write translator.js and one NAME.js per shipped file (manifest.json, and the
+    safetensors and tokenizer of every model of every direction) into `out_dir`; returns the
+    paths written."""
     out_dir, weights = Path(out_dir), Path(weights)
-    manifest = json.loads((weights / "manifest.json").read_text())
+    manifest = json.loads((weights / "manifest.json").read_text())  # direction -> kind -> entry
     names = ["manifest.json"]
-    for entry in manifest.values():
+    for entry in (e for models in manifest.values() for e in models.values()):
         names += [n for n in (entry["weights"], entry["tokenizer"]) if n not in names]
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []

@@ -10,7 +10,9 @@ __all__ = [
     "sha256",
     "verified",
     "Pretrained",
+    "machine_kind",
     "read_manifest",
+    "shipped_entry",
     "model_of",
     "load_pretrained",
     "ship",
@@ -35,7 +37,7 @@ from .model import Transformer, TransformerConfig
 from .tokenizer import Tokenizer
 
 WEIGHTS = Path(files("transformer")) / "weights"  # inside the installed package
-MANIFEST = "manifest.json"  # direction -> files, their SHA-256 sums, config, decoding
+MANIFEST = "manifest.json"  # direction -> machine kind -> files, SHA-256 sums, config, ...
 # the first val sentences whose BLEU ship stores and the tests recompute
 CHECK_SENTENCES = 200
 
@@ -112,12 +114,38 @@ class Pretrained:
 
 
 # %% ../../notebooks/15_translator.ipynb #135800b0
+def machine_kind(device: str) -> str:
+    """The kind of machine a run trained on, "cpu" or "gpu", from its checkpoint's
+    device (describe_device)."""
+    return "cpu" if device.startswith("cpu") else "gpu"
+
+
 def read_manifest(root: str | Path = WEIGHTS) -> dict:
-    """The manifest of the models shipped in `root`: direction -> entry."""
+    """The manifest of the models shipped in `root`: direction -> machine kind ->
+    entry."""
     path = Path(root) / MANIFEST
     if not path.is_file():
         raise FileNotFoundError(f"no shipped models: {path} is missing")
-    return json.loads(path.read_text())
+    manifest = json.loads(path.read_text())
+    # earlier versions shipped one model a direction, its entry in the direction's place
+    return {
+        d: {machine_kind(m["trained_on"]): m} if "weights" in m else m for d, m in manifest.items()
+    }
+
+
+def shipped_entry(manifest: dict, direction: str, trained_on: str | None = None) -> dict:
+    """The manifest entry of `direction`'s model trained on `trained_on` ("cpu" or
+    "gpu"); by default the one with the best check BLEU (val, never a test set)."""
+    if direction not in manifest:
+        raise ValueError(f"no model shipped for {direction!r}; shipped: {', '.join(manifest)}")
+    models = manifest[direction]
+    if trained_on is None:
+        return max(models.values(), key=lambda entry: entry["check"]["bleu_lc"])
+    if trained_on not in models:
+        raise ValueError(
+            f"no {trained_on}-trained model shipped for {direction!r}; shipped: {', '.join(models)}"
+        )
+    return models[trained_on]
 
 
 def model_of(config: dict, weights: dict[str, Tensor], source: str) -> Transformer:
@@ -137,13 +165,12 @@ def load_pretrained(
     direction: str = "en-de",
     device: str | torch.device = "cpu",
     root: str | Path = WEIGHTS,
+    trained_on: str | None = None,
 ) -> Pretrained:
     """The translator shipped for `direction` ("en-de" or "de-en"), every file checked
-    first."""
-    manifest, root = read_manifest(root), Path(root)
-    if direction not in manifest:
-        raise ValueError(f"no model shipped for {direction!r}; shipped: {', '.join(manifest)}")
-    entry = manifest[direction]
+    first: the one trained on `trained_on`, by default the best (shipped_entry)."""
+    root = Path(root)
+    entry = shipped_entry(read_manifest(root), direction, trained_on)
     path = verified(root / entry["weights"], entry["weights_sha256"])
     source = f"{path} (SHA-256 {entry['weights_sha256']})"
     model = model_of(entry["model_config"], unpack_weights(load_file(path)), source)
@@ -158,13 +185,14 @@ def ship(
     out: str | Path = WEIGHTS,
 ) -> dict:
     """Store the average of a run's last `decoding.average` checkpoints in `out` for the
-    package to ship: DIRECTION.safetensors (pack_weights), the run's SentencePiece
-    model, and the direction's manifest entry: both files' SHA-256, the model config,
-    the decoding, and the shipped model's BLEU on the first CHECK_SENTENCES of val
-    (Pretrained.check_bleu). Weights and vocabularies in `out` that no direction of
-    the manifest names any more are removed."""
+    package to ship: DIRECTION-KIND.safetensors (pack_weights; KIND is the machine_kind
+    it trained on), the run's SentencePiece model, and its manifest entry beside those
+    of the other kind: both files' SHA-256, the model config, the decoding, and the
+    shipped model's BLEU on the first CHECK_SENTENCES of val (Pretrained.check_bleu).
+    Weights and vocabularies in `out` that no entry names any more are removed."""
     model, ckpt = load_run(run_dir, decoding.average)
     direction = f"{ckpt['train_config']['src']}-{ckpt['train_config']['tgt']}"
+    kind = machine_kind(ckpt["device"])
     config, packed = ckpt["model_config"], pack_weights(model)
     tokenizer, out = tokenizer_of(ckpt), Path(out)
     shipped = Pretrained(
@@ -177,7 +205,7 @@ def ship(
     def save(tmp: Path) -> None:
         save_file(packed, tmp, metadata={"model_config": json.dumps(config)})
 
-    weights = atomic_write(out / f"{direction}.safetensors", save)
+    weights = atomic_write(out / f"{direction}-{kind}.safetensors", save)
     vocabulary = tokenizer.model_file  # chapter 1's cached model file
     spm_model = atomic_write(out / vocabulary.name, lambda tmp: shutil.copyfile(vocabulary, tmp))
     entry = {
@@ -196,11 +224,12 @@ def ship(
         "trained_on": ckpt["device"],
     }
     manifest = read_manifest(out) if (out / MANIFEST).is_file() else {}
-    manifest |= {direction: entry}
+    manifest.setdefault(direction, {})[kind] = entry
     text = json.dumps(manifest, indent=1, sort_keys=True) + "\n"
     atomic_write(out / MANIFEST, lambda tmp: tmp.write_text(text))
-    named = {e[key] for e in manifest.values() for key in ("weights", "tokenizer")}
+    entries = [e for models in manifest.values() for e in models.values()]
+    named = {e[key] for e in entries for key in ("weights", "tokenizer")}
     for old in [*out.glob("*.safetensors"), *out.glob("*.model")]:
-        if old.name not in named:  # e.g. a vocabulary that no direction uses any more
+        if old.name not in named:  # e.g. a vocabulary that no model uses any more
             old.unlink()
     return entry

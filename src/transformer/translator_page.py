@@ -26,7 +26,7 @@ from .explorer import (
     explorer_controls,
     explorer_parts,
 )
-from .pretrained import WEIGHTS, read_manifest
+from .pretrained import WEIGHTS, read_manifest, shipped_entry
 
 # %% ../../notebooks/15_translator.ipynb #4fa2637b
 LANGUAGES = {"en": "English", "de": "German"}
@@ -78,13 +78,14 @@ def translator_html(
     if not ELEMENT_ID.match(element_id):
         raise ValueError(f"element_id {element_id!r} must match {ELEMENT_ID.pattern}")
     manifest = read_manifest()
-    manifest = {d: manifest[d] for d in sorted(manifest, key=lambda d: d != FIRST)}
+    directions = sorted(manifest, key=lambda d: d != FIRST)
     config = {
         "directions": {
-            d: " → ".join(LANGUAGES.get(lang, lang) for lang in d.split("-")) for d in manifest
+            d: " → ".join(LANGUAGES.get(lang, lang) for lang in d.split("-")) for d in directions
         },
         "examples": {lang: list(captions) for lang, captions in examples.items()},
-        "download_mb": {d: download_mb(entry) for d, entry in manifest.items()},
+        # the model the page loads: the best of the direction's (shipped_entry)
+        "download_mb": {d: download_mb(shipped_entry(manifest, d)) for d in directions},
     }
     data = json.dumps(config, ensure_ascii=False).replace("<", "\\u003c")
     style = (STATIC / "translator.css").read_text().replace("__ID__", element_id)

@@ -1,7 +1,7 @@
 // The shipped translator in the reader's browser (chapter 15): the book's forward pass
 // written out in plain JavaScript, beside the Python it mirrors. It reads the files
-// that src/transformer/weights/ ships, as they are: manifest.json,
-// DIRECTION.safetensors (int8 rows with float16 scales) and the SentencePiece model.
+// that src/transformer/weights/ ships, as they are: manifest.json, the
+// safetensors weights (int8 rows with float16 scales) and the SentencePiece model.
 // book/_ext/translator_assets.py writes each file F into the built book as F.js, a
 // script that holds F's bytes, because a page opened from disk may not fetch files;
 // this script adds those scripts only when a translation is first asked for.
@@ -979,11 +979,15 @@
         return performance.now();
       };
       const shipped = await manifest();
-      const entry = shipped[direction];
-      if (!entry) {
+      const models = shipped[direction];
+      if (!models) {
         throw new Error(`no model shipped for "${direction}"; `
           + `shipped: ${Object.keys(shipped).join(", ")}`);
       }
+      // pretrained.shipped_entry: of the CPU- and GPU-trained models, the one with the
+      // best check BLEU (the first, on a tie)
+      const entry = Object.values(models).reduce(
+        (best, e) => (e.check.bleu_lc > best.check.bleu_lc ? e : best));
       const vocab = memo(`vocabulary ${entry.tokenizer}`, async () => readSentencePiece(
         await verified(entry.tokenizer, await loadFile(entry.tokenizer),
           entry.tokenizer_sha256)));
