@@ -37,7 +37,8 @@ from .model import Transformer, TransformerConfig
 from .tokenizer import Tokenizer
 
 WEIGHTS = Path(files("transformer")) / "weights"  # inside the installed package
-MANIFEST = "manifest.json"  # direction -> machine kind -> files, SHA-256 sums, config, ...
+# direction -> machine kind -> files, SHA-256 sums, config, decoding
+MANIFEST = "manifest.json"
 # the first val sentences whose BLEU ship stores and the tests recompute
 CHECK_SENTENCES = 200
 
@@ -115,27 +116,29 @@ class Pretrained:
 
 # %% ../../notebooks/15_translator.ipynb #135800b0
 def machine_kind(device: str) -> str:
-    """The kind of machine a run trained on, "cpu" or "gpu", from its checkpoint's
-    device (describe_device)."""
+    """The kind of machine a run trained on, "cpu" or "gpu", from its
+    checkpoint's device (describe_device)."""
     return "cpu" if device.startswith("cpu") else "gpu"
 
 
 def read_manifest(root: str | Path = WEIGHTS) -> dict:
-    """The manifest of the models shipped in `root`: direction -> machine kind ->
-    entry."""
+    """The manifest of the models shipped in `root`: direction -> machine
+    kind -> entry."""
     path = Path(root) / MANIFEST
     if not path.is_file():
         raise FileNotFoundError(f"no shipped models: {path} is missing")
     manifest = json.loads(path.read_text())
-    # earlier versions shipped one model a direction, its entry in the direction's place
+    # earlier versions shipped one model a direction: its entry in the
+    # direction's place
     return {
         d: {machine_kind(m["trained_on"]): m} if "weights" in m else m for d, m in manifest.items()
     }
 
 
 def shipped_entry(manifest: dict, direction: str, trained_on: str | None = None) -> dict:
-    """The manifest entry of `direction`'s model trained on `trained_on` ("cpu" or
-    "gpu"); by default the one with the best check BLEU (val, never a test set)."""
+    """The manifest entry of `direction`'s model trained on `trained_on`
+    ("cpu" or "gpu"); by default the one with the best check BLEU (val, never
+    a test set)."""
     if direction not in manifest:
         raise ValueError(f"no model shipped for {direction!r}; shipped: {', '.join(manifest)}")
     models = manifest[direction]
@@ -168,7 +171,8 @@ def load_pretrained(
     trained_on: str | None = None,
 ) -> Pretrained:
     """The translator shipped for `direction` ("en-de" or "de-en"), every file checked
-    first: the one trained on `trained_on`, by default the best (shipped_entry)."""
+    first: the one trained on `trained_on`, by default the best
+    (shipped_entry)."""
     root = Path(root)
     entry = shipped_entry(read_manifest(root), direction, trained_on)
     path = verified(root / entry["weights"], entry["weights_sha256"])
@@ -185,11 +189,12 @@ def ship(
     out: str | Path = WEIGHTS,
 ) -> dict:
     """Store the average of a run's last `decoding.average` checkpoints in `out` for the
-    package to ship: DIRECTION-KIND.safetensors (pack_weights; KIND is the machine_kind
-    it trained on), the run's SentencePiece model, and its manifest entry beside those
-    of the other kind: both files' SHA-256, the model config, the decoding, and the
-    shipped model's BLEU on the first CHECK_SENTENCES of val (Pretrained.check_bleu).
-    Weights and vocabularies in `out` that no entry names any more are removed."""
+    package to ship: DIRECTION-KIND.safetensors (pack_weights; KIND is the
+    machine_kind it trained on), the run's SentencePiece model, and its manifest
+    entry beside those of the other kind: both files' SHA-256, the model config,
+    the decoding, and the shipped model's BLEU on the first CHECK_SENTENCES of
+    val (Pretrained.check_bleu). Weights and vocabularies in `out` that no entry
+    names any more are removed."""
     model, ckpt = load_run(run_dir, decoding.average)
     direction = f"{ckpt['train_config']['src']}-{ckpt['train_config']['tgt']}"
     kind = machine_kind(ckpt["device"])
@@ -230,6 +235,6 @@ def ship(
     entries = [e for models in manifest.values() for e in models.values()]
     named = {e[key] for e in entries for key in ("weights", "tokenizer")}
     for old in [*out.glob("*.safetensors"), *out.glob("*.model")]:
-        if old.name not in named:  # e.g. a vocabulary that no model uses any more
+        if old.name not in named:  # e.g. a vocabulary no model uses any more
             old.unlink()
     return entry
