@@ -75,6 +75,12 @@ def launch_urls(notebook: str) -> list[str]:
     ]
 
 
+def screenshot(page, name: str) -> None:
+    """A full-page screenshot for CI's artifact; none outside CI (the module docstring)."""
+    if os.environ.get("CI"):
+        page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
+
+
 class Visit:
     """One page opened offline in a fresh context, with its requests and errors recorded."""
 
@@ -103,14 +109,6 @@ class Visit:
         if message.type == "error":
             where = message.location.get("url", "") if message.location else ""
             self.errors.append(f"console.error: {message.text}" + (f" ({where})" if where else ""))
-
-    def screenshot(self, name: str) -> None:
-        """A full-page screenshot for CI's artifact; none outside CI (the module docstring)."""
-        if not os.environ.get("CI"):
-            return
-        target = SCREENSHOTS / f"{name}.png"
-        target.parent.mkdir(parents=True, exist_ok=True)
-        self.page.screenshot(path=str(target), full_page=True)
 
     def close(self) -> None:
         self.context.close()
@@ -188,7 +186,7 @@ def test_page_renders_offline(browser, book_html, page):
         state = visit.page.evaluate(PAGE_STATE)
         text = visit.page.inner_text("body")
         clipped = visit.page.evaluate(CLIPPED)
-        visit.screenshot(page)
+        screenshot(visit.page, page)
     finally:
         visit.close()
 
@@ -229,7 +227,7 @@ def test_search_works_offline(browser, book_html):
         hits = visit.page.eval_on_selector_all(
             "#search-results ul.search li > a", "links => links.map((a) => a.href)"
         )
-        visit.screenshot("search")
+        screenshot(visit.page, "search")
     finally:
         visit.close()
 
@@ -317,7 +315,7 @@ def test_jupyterlab_renders_the_myst_markup(browser, jupyterlab, notebook):
             ".map((img) => ({src: img.getAttribute('src'), width: img.naturalWidth}))"
         )
         links = page.locator(".jp-MarkdownCell a").count()
-        page.screenshot(path=str(SCREENSHOTS / f"jupyterlab-{Path(notebook).name}.png"))
+        screenshot(page, f"jupyterlab-{Path(notebook).name}")
     finally:
         context.close()
     raw = [markup for markup in RAW_MYST if markup in text]
