@@ -138,6 +138,27 @@ def test_translate_keeps_empty_lines_and_warns_on_long_input(
     assert beam_alphas == [0.6]  # no --alpha: the paper's
 
 
+def test_trained_on_picks_a_shipped_model_and_refuses_one_not_shipped(capsys):
+    """translate --model DIRECTION --trained-on KIND uses that kind's model; a kind not shipped,
+    or --trained-on without --model, is an error that says so."""
+    sentence = "A dog runs."
+    shipped = read_manifest()["en-de"]
+    for kind in ("cpu", "gpu"):
+        status = main(["translate", "--model", "en-de", "--trained-on", kind, sentence])
+        out, err = capsys.readouterr()
+        if kind in shipped:
+            assert status == 0, err
+            assert out == load_pretrained("en-de", trained_on=kind).translate([sentence])[0] + "\n"
+        else:
+            assert status == 1
+            assert f"no {kind}-trained model shipped for 'en-de'" in err
+    assert main(["translate", "--checkpoint", "run", "--trained-on", "cpu", sentence]) == 1
+    assert "--trained-on picks a shipped model: give it with --model" in capsys.readouterr().err
+    assert "invalid choice: 'tpu'" in error_of(
+        ["translate", "--model", "en-de", "--trained-on", "tpu"], capsys
+    )
+
+
 def test_evaluate_prints_both_bleu_and_writes_translations(tiny_run, tmp_path, capsys):
     hyps = tmp_path / "val.hyp.txt"
     argv = ["evaluate", "--checkpoint", str(tiny_run), "--split", "val", "--beam-size", "1"]

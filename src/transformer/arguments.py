@@ -152,6 +152,12 @@ def add_checkpoint_arguments(
             "--model",
             help="a translator shipped with the package: en-de or de-en (see ship)",
         )
+        p.add_argument(
+            "--trained-on",
+            choices=["cpu", "gpu"],
+            help="with --model: the model trained on this kind of machine "
+            "(default: the one with the best check BLEU)",
+        )
     add_decoding_arguments(p, average)
     p.add_argument(
         "--device",

@@ -21,8 +21,10 @@ def _load(args: argparse.Namespace) -> tuple[Transformer, Tokenizer, str, str]:
     """(model, tokenizer, source, target language) of --checkpoint or --model."""
     device = resolve_device(args.device)
     if args.model:
-        shipped = load_pretrained(args.model, device)
+        shipped = load_pretrained(args.model, device, trained_on=args.trained_on)
         return shipped.model, shipped.tokenizer, *args.model.split("-")
+    if args.trained_on:
+        raise ValueError("--trained-on picks a shipped model: give it with --model")
     model, ckpt = load_run(args.checkpoint, args.average, device)
     return (
         model,
