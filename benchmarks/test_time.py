@@ -12,7 +12,7 @@ and the CPU time of every process started since the run began. Then it prints:
   than that, go uncounted; the line "not attributed" holds them and the system's own work;
 - each file's test time, summed over its tests from pytest's report.
 
-    python benchmarks/test_time.py                        # the whole command: 11 minutes here
+    python benchmarks/test_time.py                        # the whole command: 6 to 12 minutes
     python benchmarks/test_time.py tests/test_model.py    # one file
 
 Nothing here is a target: it says where the time goes, on the CPU named in its first line.
