@@ -153,7 +153,7 @@ def test_trained_on_picks_a_shipped_model_and_refuses_one_not_shipped(capsys):
             assert status == 1
             assert f"no {kind}-trained model shipped for 'en-de'" in err
     assert main(["translate", "--checkpoint", "run", "--trained-on", "cpu", sentence]) == 1
-    assert "--trained-on picks a shipped model: give it with --model" in capsys.readouterr().err
+    assert "--trained-on picks a shipped model: add --model" in capsys.readouterr().err
     assert "invalid choice: 'tpu'" in error_of(
         ["translate", "--model", "en-de", "--trained-on", "tpu"], capsys
     )

@@ -21,10 +21,11 @@ def _load(args: argparse.Namespace) -> tuple[Transformer, Tokenizer, str, str]:
     """(model, tokenizer, source, target language) of --checkpoint or --model."""
     device = resolve_device(args.device)
     if args.model:
-        shipped = load_pretrained(args.model, device, trained_on=args.trained_on)
+        kind = args.trained_on  # None: the better of the shipped models
+        shipped = load_pretrained(args.model, device, trained_on=kind)
         return shipped.model, shipped.tokenizer, *args.model.split("-")
     if args.trained_on:
-        raise ValueError("--trained-on picks a shipped model: give it with --model")
+        raise ValueError("--trained-on picks a shipped model: add --model")
     model, ckpt = load_run(args.checkpoint, args.average, device)
     return (
         model,
