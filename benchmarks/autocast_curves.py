@@ -3,7 +3,7 @@
 Trains the same run twice through `transformer.training_loop.train`, the same seed and the same
 batches in the same order, once with amp "off" (float32) and once with amp "on" (bf16 autocast,
 emulated where the CPU has no bf16 instructions), and prints and keeps each mode's logged
-losses, its final validation loss and its throughput. Chapter 12 plots the two curves:
+losses, its final validation loss and its throughput. Appendix 16 plots the two curves:
 whether bf16 changes what the model learns, beside what it does to the speed. Also kept: what
 amp "auto" chooses on this machine, and why.
 

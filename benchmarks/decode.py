@@ -18,7 +18,7 @@ timings erratic. The ratio, not the absolute time, is the result.
     python benchmarks/decode.py --device cuda      # on a GPU
 
 --json appends the measurement with its provenance to a JSON list (train_step.py's format);
-chapter 13 shows the entries of results/benchmarks.json.
+chapter 12 shows the entries of results/benchmarks.json.
 """
 
 import argparse

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Chapter 15's GPU work in three stages, each one device command of under 10 minutes. Run from
+# Appendix 17's GPU work in three stages, each one device command of under 10 minutes. Run from
 # the repository root of the GPU machine, where python3 has torch, sentencepiece, sacrebleu and
 # tqdm. What it lacks travels in the ignored folder .gpu/, made here by `pack`: the corpus,
 # platformdirs, the trained tokenizers, and the commit of this tree (there is no git there).

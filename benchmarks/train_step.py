@@ -8,7 +8,7 @@ pass, and the median pass time is reported. The last line prints the ratio ours 
 in target tokens per second.
 
     python benchmarks/train_step.py                        # the paper's base config, CPU
-    python benchmarks/train_step.py --preset small         # the config chapter 15 trains
+    python benchmarks/train_step.py --preset small         # the config appendix 17 trains
     python benchmarks/train_step.py --device cuda --amp --compile --json results/benchmarks.json
 
 With --compile, torch.compile'd copies of both models are timed too. The FLOPs of one pass are

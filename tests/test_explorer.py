@@ -1,6 +1,6 @@
-"""The attention explorer (transformer.explorer, chapter 15): the data it embeds, and the
+"""The attention explorer (transformer.explorer, appendix 18): the data it embeds, and the
 fragment in headless Chromium (conftest's browser: the system's Chromium or $CHROMIUM_PATH), on
-synthetic attention of a 3+3-layer, 8-head model in two directions; then chapter 15's explorer
+synthetic attention of a 3+3-layer, 8-head model in two directions; then chapter 14's explorer
 on the built page (conftest's book_html), against the CPU records in results/."""
 
 import copy
@@ -382,7 +382,7 @@ def test_screenshot_fits_the_column(directions, load, sentence, kind):
 
 
 def test_chapter_15_page_shows_the_records(browser, book_html):
-    """On the built chapter 15, the explorer of the CPU translators draws the records' own
+    """On the built chapter 14, the explorer of the CPU translators draws the records' own
     weights for every direction, kind, a shallow and the last layer, one head and the mean, on
     the pronoun sentence and the longest one; it loads nothing and logs no error."""
     runs = {
@@ -391,7 +391,7 @@ def test_chapter_15_page_shows_the_records(browser, book_html):
         if r["device"].startswith("cpu")
     }
     assert runs, "results/ holds no CPU record"
-    visit = test_browser.Visit(browser, book_html, "notebooks/15_translator")
+    visit = test_browser.Visit(browser, book_html, "notebooks/14_translator")
     try:
         page = visit.page
         page.wait_for_selector("#cpu-attention rect[data-q]")

@@ -1,4 +1,4 @@
-"""The translator in the page (src/transformer/static/translator.js, chapter 15) in headless
+"""The translator in the page (src/transformer/static/translator.js, appendix 18) in headless
 Chromium, held to the package: the same ids as SentencePiece, the same numbers as PyTorch within
 1e-4, the same translations as `load_pretrained(d).translate`, and a page that bad input
 does not break.
@@ -7,7 +7,7 @@ How it works
 - A standalone page is built into a temporary folder as the book's build lays it out:
   `_static/translator/` by book/_ext/translator_assets.py's `write_assets` (translator.js, and
   each shipped file of src/transformer/weights/ as a script holding its bytes), and
-  `notebooks/translator.html` holding chapter 15's fragment (`transformer.translator_page`),
+  `notebooks/translator.html` holding chapter 14's fragment (`transformer.translator_page`),
   which loads `../_static/translator/translator.js`.
 - It is opened from disk (file://) in conftest's headless Chromium through test_browser.Visit:
   every request is intercepted, anything but file:, data: and about: is blocked and recorded,

@@ -1,4 +1,4 @@
-"""The encoder-only and decoder-only language models of chapter 16 (transformer.variants)."""
+"""The encoder-only and decoder-only language models of chapter 15 (transformer.variants)."""
 
 import pytest
 import torch

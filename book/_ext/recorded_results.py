@@ -2,7 +2,7 @@
 
 The landing page and the results page quote BLEU scores, a translation and benchmark figures.
 Typed by hand they would go stale at the next run, so these directives write them from the
-files the runs wrote, through `transformer.results` (the same tables chapter 15 shows):
+files the runs wrote, through `transformer.results` (the same tables chapter 14 shows):
 
 - `{recorded-headline}`: one paragraph: what the shipped translators reach, and one of their
   test translations;

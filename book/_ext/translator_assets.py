@@ -1,6 +1,6 @@
 """The browser translator's files in the built book: `_static/translator/`.
 
-The page's translator (src/transformer/static/translator.js, chapter 15) reads the shipped files
+The page's translator (src/transformer/static/translator.js, appendix 18) reads the shipped files
 of src/transformer/weights/ as they are: the manifest, each model's safetensors and its
 SentencePiece model. A page opened from disk (file://) may not `fetch` them, but it may run a
 script, so each file F is written as F.js, one line that stores F's exact bytes in base64:
@@ -19,7 +19,7 @@ from importlib.resources import files
 from pathlib import Path
 
 PACKAGE = Path(files("transformer"))
-WEIGHTS = PACKAGE / "weights"  # the shipped translators (chapter 15's `ship`)
+WEIGHTS = PACKAGE / "weights"  # the shipped translators (appendix 17's `ship`)
 STATIC = PACKAGE / "static"  # translator.js beside explorer.js
 TARGET = "translator"  # relative to the built _static folder
 GLOBAL = "window.__transformerAssets"  # where the asset scripts leave their bytes

@@ -242,7 +242,7 @@ def attention(ax, y, cross):
     """One attention sublayer of a DecoderLayer, from the stream at height y; returns its top.
 
     Q comes from the stream; K and V from the stream (self) or the memory (cross), through the
-    KV cache that decoding keeps between steps (chapter 13)."""
+    KV cache that decoding keeps between steps (chapter 12)."""
     ya, yb = y + 0.4, y + 0.4 + tall(2) + 0.26  # bottoms of the rows: Q / K, V, then heads
     ym = yb + tall(5) / 2  # middle of the heads row
     kv = "M" if cross else "x"

@@ -1,4 +1,4 @@
-"""`python -m transformer ...`: the command line, defined in transformer.cli (chapter 15)."""
+"""`python -m transformer ...`: the command line, defined in transformer.cli (appendix 19)."""
 
 import sys
 import time

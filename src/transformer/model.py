@@ -67,7 +67,7 @@ class Transformer(nn.Module):
     tgt_in (batch, T)) -> next-token logits (batch, T, tgt_vocab_size). The padding
     masks come from config.pad_id; the pre-softmax projection is the target table."""
 
-    # False: the caller vouches for its ids (chapter 12 checks its batches once)
+    # False: the caller vouches for its ids (appendix 16 checks its batches once)
     check_ids = True
 
     def __init__(self, config: TransformerConfig):
