@@ -70,11 +70,9 @@ def translator_html(
     examples: Mapping[str, Sequence[str]],
     element_id: str = "translator",
     static: str = "../_static/translator/",
-    benchmark: Mapping | None = None,
 ) -> str:
     """The translator as one HTML fragment. examples: language -> the captions offered
-    (e.g. test2016's first ones, in the same order in each language); benchmark: the
-    "browser_translate" entry of results/benchmarks.json, shown under the translator."""
+    (e.g. test2016's first ones, in the same order in each language)."""
     if not ELEMENT_ID.match(element_id):
         raise ValueError(f"element_id {element_id!r} must match {ELEMENT_ID.pattern}")
     manifest = read_manifest()
@@ -89,17 +87,6 @@ def translator_html(
     }
     data = json.dumps(config, ensure_ascii=False).replace("<", "\\u003c")
     style = (STATIC / "translator.css").read_text().replace("__ID__", element_id)
-    bench = ""
-    if benchmark:
-        b = benchmark
-        bench = (
-            '<p class="tx-bench">Measured in headless Chromium on '
-            f"{html.escape(b['cpu'])}: {b['median_s']:.2f} s a caption (median; 90th "
-            f"percentile {b['p90_s']:.2f} s), {b['ratio']:.1f}× PyTorch on one thread "
-            f"({b['torch_median_s']:.3f} s); the first translation, loading the "
-            f"weights, {b['first_s']:.1f} s (load average {b['load_average'][0]} on "
-            f"{b['provenance']['device']}).</p>"
-        )
     src = html.escape(static.rstrip("/") + "/translator.js")
     failed = (
         "this.parentElement.querySelector('.tx-fallback').textContent = "
@@ -111,7 +98,7 @@ def translator_html(
         '<p class="tx-fallback">The translator needs JavaScript '
         "(in Jupyter: a trusted notebook).</p>\n"
         f'<script type="application/json" class="tx-config">{data}</script>\n'
-        f"{explorer_template(f'{element_id}-attention')}\n{bench}\n"
+        f"{explorer_template(f'{element_id}-attention')}\n"
         f'<script src="{src}" onerror="{failed}"></script>\n</div>'
     )
 
