@@ -170,19 +170,67 @@ def test_evaluate_prints_both_bleu_and_writes_translations(tiny_run, tmp_path, c
 
 def test_the_decoding_flags_are_the_fields_of_decoding():
     """One value, one spelling: --average, --beam-size and --alpha fill a Decoding, field by
-    field, for every command that decodes."""
+    field, for every command that decodes; a flag not given keeps the base decoding's value."""
     for command in (["translate", "--model", "en-de"], ["record", "run", "--out", "x"]):
         args = build_parser().parse_args([*command, "--average", "3", "--beam-size", "2"])
-        assert decoding_of(args) == Decoding(average=3, beam_size=2, alpha=0.6)
+        assert decoding_of(args) == Decoding(average=3, beam_size=2)
     names = {f.name for f in fields(Decoding)}
     assert names == {"average", "beam_size", "alpha"}
     ship = build_parser().parse_args(["ship", "run", "--alpha", "1.5"])
-    assert {name: getattr(ship, name) for name in names} == asdict(Decoding(alpha=1.5))
-    # without flags, Decoding's defaults; translate and evaluate load one checkpoint by default
+    assert decoding_of(ship) == Decoding(alpha=1.5)
+    shipped = Decoding(average=5, beam_size=4, alpha=1.0)
+    assert decoding_of(ship, shipped) == replace(shipped, alpha=1.5)
     for command in (["record", "run", "--out", "x"], ["ship", "run"]):
         assert decoding_of(build_parser().parse_args(command)) == Decoding()
     for command in (["translate", "--model", "en-de"], ["evaluate", "--model", "de-en"]):
-        assert decoding_of(build_parser().parse_args(command)) == Decoding(average=1)
+        assert decoding_of(build_parser().parse_args(command), shipped) == shipped
+
+
+@pytest.mark.parametrize("direction", ["en-de", "de-en"])
+def test_translate_model_decodes_as_python_does(direction, monkeypatch, capsys):
+    """translate --model decodes as the manifest says, as load_pretrained(d).translate does:
+    200 test2016 sentences through standard input, compared line by line."""
+    src, tgt = direction.split("-")
+    sources = [s for s, _ in evaluation.load_multi30k("test_2016_flickr", src, tgt)[:200]]
+    monkeypatch.setattr("sys.stdin", io.StringIO("".join(s + "\n" for s in sources)))
+    assert main(["translate", "--model", direction]) == 0
+    out, err = capsys.readouterr()
+    python = load_pretrained(direction).translate(sources)
+    cli = out.splitlines()
+    assert len(cli) == 200
+    differ = [i for i, (a, b) in enumerate(zip(cli, python, strict=True)) if a != b]
+    assert not differ, f"{len(differ)} of 200 differ, first: {cli[differ[0]]!r}"
+    assert "decoding with" not in err
+
+
+def test_an_explicit_decoding_flag_overrides_the_manifest_and_says_so(capsys, beam_alphas):
+    shipped = load_pretrained("en-de").decoding
+    assert main(["translate", "--model", "en-de", "--alpha", "0.2", "A dog runs."]) == 0
+    err = capsys.readouterr().err
+    assert beam_alphas == [0.2]
+    assert f"decoding with {replace(shipped, alpha=0.2)}, not the shipped model's" in err
+    assert main(["translate", "--model", "en-de", "--average", "2", "A dog."]) == 1
+    assert "--average needs --checkpoint" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("device", ["cuda", "cuda:3", "mps"])
+def test_a_device_this_machine_lacks_is_a_one_line_error(device, tmp_path, capsys):
+    """--device names a device the machine does not have: argparse refuses it, naming the
+    devices there are, before anything is loaded or written (no run folder, no lock)."""
+    from transformer.devices import available_devices
+
+    if device in available_devices():
+        pytest.skip(f"this machine has {device}")
+    run = tmp_path / "run"
+    for argv in (
+        ["train", "--max-steps", "2", "--out", str(run), "--device", device],
+        ["translate", "--model", "en-de", "--device", device, "A dog."],
+    ):
+        err = error_of(argv, capsys)
+        *usage, line = err.strip().splitlines()
+        assert f"--device: no {device} device on this machine; it has " in line
+        assert str(available_devices()) in line and "Traceback" not in err
+    assert not run.exists()
 
 
 def test_alpha_reaches_beam_search(tiny_run, tmp_path, monkeypatch, beam_alphas):

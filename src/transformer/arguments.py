@@ -4,6 +4,7 @@
 __all__ = [
     "positive_int",
     "non_negative_float",
+    "DECODING_FLAGS",
     "bounded_number",
     "device_name",
     "subcommand",
@@ -16,14 +17,14 @@ __all__ = [
 
 # %% ../../notebooks/19_command_line.ipynb #bdda625e
 import argparse
+import dataclasses
 from collections.abc import Callable
 from dataclasses import Field
 from typing import get_args
 
-import torch
-
 from .config import bounds_problem, flag_of
 from .decoding import Decoding
+from .devices import resolve_device
 
 
 def bounded_number(kind: type, **bounds) -> Callable:
@@ -48,13 +49,12 @@ non_negative_float = bounded_number(float, low=0)
 
 
 def device_name(text: str) -> str:
-    """An argparse type: "auto" or a name torch.device accepts (cpu, cuda, cuda:1, mps,
-    ...)."""
-    if text != "auto":
-        try:
-            torch.device(text)
-        except RuntimeError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a device; try cpu or cuda") from None
+    """An argparse type: "auto" or a device this machine has (cpu, cuda, cuda:1, mps,
+    ...), checked by resolve_device before anything runs or is written."""
+    try:
+        resolve_device(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
     return text
 
 
@@ -109,38 +109,44 @@ def add_max_sentences(p: argparse.ArgumentParser) -> None:
     )
 
 
-def add_decoding_arguments(p: argparse.ArgumentParser, average: int = Decoding.average) -> None:
-    """A Decoding's fields (chapter 12) as flags: --average, --beam-size, --alpha, with
-    Decoding's defaults (the paper's), but for `average` if given."""
+DECODING_FLAGS = {"average": "--average", "beam_size": "--beam-size", "alpha": "--alpha"}
+
+
+def add_decoding_arguments(p: argparse.ArgumentParser) -> None:
+    """A Decoding's fields (chapter 12) as flags. A flag not given stays out of the
+    namespace, so that decoding_of can tell it from one given."""
+    d = Decoding()  # the paper's defaults, for the help
     p.add_argument(
         "--average",
         type=positive_int,
-        default=average,
-        help="with a run folder: average its last K step checkpoints (the paper averages 5)",
+        default=argparse.SUPPRESS,
+        help="with a run folder: average its last K step checkpoints (default: "
+        f"{d.average}, as the paper; 1 for a checkpoint file)",
     )
     p.add_argument(
         "--beam-size",
         type=positive_int,
-        default=Decoding.beam_size,
-        help="beam size (1: greedy decoding)",
+        default=argparse.SUPPRESS,
+        help=f"beam size, 1 for greedy decoding (default: {d.beam_size}, or the shipped model's)",
     )
     p.add_argument(
         "--alpha",
         type=non_negative_float,
-        default=Decoding.alpha,
-        help="length penalty exponent alpha (chapter 12)",
+        default=argparse.SUPPRESS,
+        help=f"length penalty exponent alpha, chapter 12 (default: {d.alpha}, or the "
+        "shipped model's)",
     )
 
 
-def decoding_of(args: argparse.Namespace) -> Decoding:
-    """The Decoding that --average, --beam-size and --alpha describe."""
-    return Decoding(args.average, args.beam_size, args.alpha)
+def decoding_of(args: argparse.Namespace, base: Decoding | None = None) -> Decoding:
+    """`base` (default: Decoding's defaults, the paper's) with the decoding flags that
+    were given."""
+    given = {name: getattr(args, name) for name in DECODING_FLAGS if name in args}
+    return dataclasses.replace(base or Decoding(), **given)
 
 
 # %% ../../notebooks/19_command_line.ipynb #2e6f9b14
-def add_checkpoint_arguments(
-    p: argparse.ArgumentParser, average: int = Decoding.average, checkpoint: bool = True
-) -> None:
+def add_checkpoint_arguments(p: argparse.ArgumentParser, checkpoint: bool = True) -> None:
     """The flags that choose a model and how it decodes, shared by
     translate/evaluate/record."""
     if checkpoint:  # record takes a run folder as its positional argument instead
@@ -158,7 +164,7 @@ def add_checkpoint_arguments(
             help="with --model: the model trained on this kind of machine "
             "(default: the one with the best check BLEU)",
         )
-    add_decoding_arguments(p, average)
+    add_decoding_arguments(p)
     p.add_argument(
         "--device",
         type=device_name,

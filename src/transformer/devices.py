@@ -6,6 +6,7 @@ __all__ = [
     "BF16_CPU_FLAGS",
     "STOP_SIGNALS",
     "host_reads",
+    "available_devices",
     "resolve_device",
     "setup_distributed",
     "describe_device",
@@ -65,11 +66,29 @@ def host_reads(modules: tuple[str, ...] = ("transformer",)) -> Iterator[Counter]
 PEAK_BF16_FLOPS = {"H100 PCIe": 756e12, "H100": 989e12, "H200": 989e12}
 
 
+def available_devices() -> list[str]:
+    """The devices this machine can run on: the CPU, each CUDA GPU, Apple's MPS."""
+    names = ["cpu"]
+    if torch.cuda.is_available():
+        names += ["cuda", *(f"cuda:{i}" for i in range(torch.cuda.device_count()))]
+    if torch.backends.mps.is_available():
+        names.append("mps")
+    return names
+
+
 def resolve_device(name: str) -> torch.device:
-    """The device a --device name means: "auto" is CUDA when available, else the CPU."""
-    return torch.device(
-        ("cuda" if torch.cuda.is_available() else "cpu") if name == "auto" else name
-    )
+    """The device a --device name means: "auto" is CUDA when available, else the CPU. A
+    device this machine lacks is refused with a ValueError that names those it has."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    here = available_devices()
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise ValueError(f"{name!r} is not a device; this machine has {here}") from None
+    if device.type != "cpu" and str(device) not in here:
+        raise ValueError(f"no {device} device on this machine; it has {here}")
+    return device
 
 
 def setup_distributed(device: str = "auto") -> tuple[int, int, torch.device]:
