@@ -55,3 +55,61 @@ def test_architecture_names_every_module_and_its_chapter():
         row = re.search(rf"^\| `{name}` \| (\d+) \|", text, re.MULTILINE)
         assert row, f"ARCHITECTURE.md has no row for {name}"
         assert int(row.group(1)) == chapter_of(path), name
+
+
+def layer_table() -> dict[str, tuple[list[str], set[str]]]:
+    """ARCHITECTURE.md's layer table, in its order: layer -> (its modules, the layers it
+    imports from)."""
+    text = (ROOT / "ARCHITECTURE.md").read_text()
+    section = text[text.index("## The direction of imports") : text.index("## Where a change goes")]
+    layers = {}
+    for name, modules, sources in re.findall(r"^\| (\w+) \| (`.*`) \| (.*) \|$", section, re.M):
+        imported = {s.strip() for s in sources.split(",")} - {"–"}
+        layers[name] = (re.findall(r"`(\w+)`", modules), imported)
+    return layers
+
+
+def test_every_module_is_in_one_layer():
+    placed = [m for modules, _ in layer_table().values() for m in modules]
+    assert sorted(placed) == sorted(MODULES), "ARCHITECTURE.md's layers and the package differ"
+
+
+def test_the_layer_arrows_are_the_imports_the_code_has():
+    """Each layer imports from exactly the layers the table lists, all of them above it."""
+    layers = layer_table()
+    layer_of = {m: name for name, (modules, _) in layers.items() for m in modules}
+    real = {name: set() for name in layers}
+    for module, path in MODULES.items():
+        real[layer_of[module]] |= {layer_of[m] for m in package_imports(path)} - {layer_of[module]}
+    order = list(layers)
+    for name, (_, documented) in layers.items():
+        assert real[name] == documented, (
+            f"layer {name}: the code imports from {sorted(real[name])}, "
+            f"ARCHITECTURE.md says {sorted(documented)}"
+        )
+        assert all(order.index(s) < order.index(name) for s in documented), name
+
+
+def appendix_notebooks() -> set[str]:
+    """The notebooks of the _toc.yml parts whose caption says Appendix."""
+    import yaml
+
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    parts = [p for p in toc["parts"] if "Appendix" in p["caption"]]
+    return {Path(c["file"]).name for p in parts for c in p["chapters"]}
+
+
+def test_the_engineering_is_exported_by_appendices():
+    """No main-line chapter exports the command line, the records, the search, the
+    checkpoints, a run's state or the page's fragment; ARCHITECTURE.md's appendix table names
+    what each appendix exports."""
+    engineering = {"cli", "arguments", "run_commands", "model_commands", "results", "scoring"}
+    engineering |= {"search", "checkpoints", "run_state", "translator_page"}
+    appendices = appendix_notebooks()
+    for name in engineering:
+        notebook = re.search(r"notebooks/(\w+)\.ipynb", MODULES[name].read_text()).group(1)
+        assert notebook in appendices, f"{name} is exported by the main-line {notebook}"
+    text = (ROOT / "ARCHITECTURE.md").read_text()
+    for number, modules in re.findall(r"^\| (\d+), [^|]+ \| (`.*`) \|$", text, re.M):
+        for name in re.findall(r"`(\w+)`", modules):
+            assert chapter_of(MODULES[name]) == int(number), f"{name} is not appendix {number}'s"
