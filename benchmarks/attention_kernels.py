@@ -18,8 +18,10 @@ from collections import Counter
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from transformer.devices import autocast_dtype, describe_device, resolve_device
-from transformer.model import Transformer, TransformerConfig
+from transformer.config import TrainConfig
+from transformer.devices import choose_autocast, describe_device, resolve_device
+from transformer.model import Transformer
+from transformer.run_state import model_config
 from transformer.tokenizer import PAD_ID
 from transformer.training import PRESETS, label_smoothed_loss
 
@@ -46,13 +48,13 @@ def main() -> None:
     args = parser.parse_args()
     device = resolve_device(args.device)
     torch.manual_seed(0)
-    preset = PRESETS[args.preset]
-    model = Transformer(TransformerConfig(8000, 8000, **preset.sizes)).to(device).train()
+    preset = TrainConfig(preset=args.preset, max_steps=1).resolved()  # the preset's values
+    model = Transformer(model_config(preset, 8000)).to(device).train()
     ids = torch.randint(4, 8000, (3, args.rows, args.length), device=device)
     ids[:, :, args.length // 2 :] = PAD_ID  # every row padded, as in a bucket
-    amp_dtype = autocast_dtype(device)
+    amp_dtype, _ = choose_autocast(device)
     counts = attention_kernels(model, *ids, amp_dtype)
-    layers = preset.sizes["n_layers"]
+    layers = preset.n_layers
     print(
         f"preset {args.preset} ({layers} + {layers} layers) on {describe_device(device)}, "
         f"autocast {amp_dtype}: one training step"

@@ -18,6 +18,7 @@ and the CPU time of every process started since the run began. Then it prints:
 Nothing here is a target: it says where the time goes, on the CPU named in its first line.
 """
 
+import argparse
 import re
 import subprocess
 import sys
@@ -125,5 +126,14 @@ def main(pytest_args: list[str]) -> int:
     return 0
 
 
+def parse_args(argv: list[str]) -> list[str]:
+    """The arguments for pytest; --help describes the script."""
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n")[0],
+        epilog="Every other argument goes to pytest (e.g. a test file).",
+    )
+    return parser.parse_known_args(argv)[1]
+
+
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(main(parse_args(sys.argv[1:])))

@@ -32,11 +32,13 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from transformer.batching import load_pairs
 from transformer.buckets import Buckets
+from transformer.config import TrainConfig
 from transformer.devices import choose_autocast, describe_device, peak_flops
 from transformer.embeddings import TransformerEmbedding
 from transformer.masks import causal_mask, padding_mask
 from transformer.model import Transformer, TransformerConfig
 from transformer.results import provenance
+from transformer.run_state import model_config
 from transformer.tokenizer import PAD_ID, multi30k_tokenizer
 from transformer.training import PRESETS, make_optimizer, train_step
 
@@ -216,8 +218,8 @@ def main() -> None:
     device = torch.device(args.device)
     torch.manual_seed(0)
     tokenizer = multi30k_tokenizer()
-    preset = PRESETS[args.preset]
-    config = TransformerConfig(tokenizer.vocab_size, tokenizer.vocab_size, **preset.sizes)
+    preset = TrainConfig(preset=args.preset, max_steps=1).resolved()  # the preset's values
+    config = model_config(preset, tokenizer.vocab_size)
     batches = real_batches(args.batches, args.token_budget, config.max_len, tokenizer, device)
     n_tokens = sum(int((b.tgt_out != PAD_ID).sum()) for b in batches)
     amp_dtype, _ = choose_autocast(device, "on" if args.amp else "off")
