@@ -1,12 +1,12 @@
-"""The translator in the page (src/transformer/static/translator.js, appendix 18) in headless
-Chromium, held to the package: the same ids as SentencePiece, the same numbers as PyTorch within
-1e-4, the same translations as `load_pretrained(d).translate`, and a page that bad input
-does not break.
+"""The translator in the page (src/transformer/static/: translator.js, the page, which loads
+transformer.js, the model, and pretrained.js, the loading; appendix 18) in headless Chromium,
+held to the package: the same ids as SentencePiece, the same numbers as PyTorch within 1e-4, the
+same translations as `load_pretrained(d).translate`, and a page that bad input does not break.
 
 How it works
 - A standalone page is built into a temporary folder as the book's build lays it out:
-  `_static/translator/` by book/_ext/translator_assets.py's `write_assets` (translator.js, and
-  each shipped file of src/transformer/weights/ as a script holding its bytes), and
+  `_static/translator/` by book/_ext/translator_assets.py's `write_assets` (the three scripts,
+  and each shipped file of src/transformer/weights/ as a script holding its bytes), and
   `notebooks/translator.html` holding chapter 14's fragment (`transformer.translator_page`),
   which loads `../_static/translator/translator.js`.
 - It is opened from disk (file://) in conftest's headless Chromium through test_browser.Visit:
@@ -233,7 +233,8 @@ def test_attention_and_score_match_pytorch(page, pretrained):
 
 def test_weights_load_when_asked(browser, site):
     """Opening the page loads translator.js and none of the weights, until Translate; then only
-    the manifest, the vocabulary and the chosen direction's weights."""
+    the translator's two other scripts (the model, and the loading), the manifest, the
+    vocabulary and the chosen direction's weights."""
     context = browser.new_context()
     asked, problems = [], []
     context.on("request", lambda request: asked.append(request.url.rsplit("/", 1)[-1]))
@@ -252,7 +253,8 @@ def test_weights_load_when_asked(browser, site):
     assert opened == ["translator.html", "translator.js"], opened
     entry = shipped_entry(read_manifest(), "en-de")  # the direction's best model
     assert sorted(asked[2:]) == sorted(
-        ["manifest.json.js", f"{entry['tokenizer']}.js", f"{entry['weights']}.js"]
+        ["transformer.js", "pretrained.js", "manifest.json.js"]
+        + [f"{entry['tokenizer']}.js", f"{entry['weights']}.js"]
     )
     assert not problems, problems
 

@@ -1,13 +1,15 @@
 """The browser translator's files in the built book: `_static/translator/`.
 
-The page's translator (src/transformer/static/translator.js, appendix 18) reads the shipped files
-of src/transformer/weights/ as they are: the manifest, each model's safetensors and its
+The page's translator (appendix 18) is three scripts of src/transformer/static/ (SCRIPTS): the
+page loads translator.js, its controls, which loads transformer.js (the model and decoding) and
+pretrained.js when a translation is first asked for. pretrained.js reads the shipped files of
+src/transformer/weights/ as they are: the manifest, each model's safetensors and its
 SentencePiece model. A page opened from disk (file://) may not `fetch` them, but it may run a
 script, so each file F is written as F.js, one line that stores F's exact bytes in base64:
 
     window.__transformerAssets["en-de.safetensors"] = "...";
 
-translator.js adds such a <script> only when the reader first asks for a translation, and checks
+pretrained.js adds such a <script> only when the reader first asks for a translation, and checks
 the decoded bytes against the manifest's SHA-256 sums, so the check is on the shipped bytes.
 Nothing is downloaded at build time; the files come from the installed package.
 """
@@ -20,7 +22,9 @@ from pathlib import Path
 
 PACKAGE = Path(files("transformer"))
 WEIGHTS = PACKAGE / "weights"  # the shipped translators (appendix 17's `ship`)
-STATIC = PACKAGE / "static"  # translator.js beside explorer.js
+STATIC = PACKAGE / "static"  # the translator's scripts beside explorer.js
+# the translator's scripts: the page's, and the two it loads
+SCRIPTS = ("translator.js", "transformer.js", "pretrained.js")
 TARGET = "translator"  # relative to the built _static folder
 GLOBAL = "window.__transformerAssets"  # where the asset scripts leave their bytes
 
@@ -32,7 +36,7 @@ def asset_script(name: str, data: bytes) -> str:
 
 
 def write_assets(out_dir: str | Path, weights: str | Path = WEIGHTS) -> list[Path]:
-    """Write translator.js and one NAME.js per shipped file (manifest.json, and the
+    """Write the translator's SCRIPTS and one NAME.js per shipped file (manifest.json, and the
     safetensors and tokenizer of every model of every direction) into `out_dir`; returns the
     paths written."""
     out_dir, weights = Path(out_dir), Path(weights)
@@ -46,7 +50,8 @@ def write_assets(out_dir: str | Path, weights: str | Path = WEIGHTS) -> list[Pat
         target = out_dir / f"{name}.js"
         target.write_text(asset_script(name, (weights / name).read_bytes()))
         written.append(target)
-    written.append(Path(shutil.copyfile(STATIC / "translator.js", out_dir / "translator.js")))
+    for script in SCRIPTS:
+        written.append(Path(shutil.copyfile(STATIC / script, out_dir / script)))
     return written
 
 
