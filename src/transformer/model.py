@@ -57,7 +57,8 @@ class TransformerConfig(StackConfig):
             raise ValueError(
                 "share_embeddings needs one vocabulary, but "
                 f"src_vocab_size={self.src_vocab_size} and "
-                f"tgt_vocab_size={self.tgt_vocab_size}; set share_embeddings=False"
+                f"tgt_vocab_size={self.tgt_vocab_size}; "
+                "set share_embeddings=False to give each side its own table"
             )
 
 
@@ -162,7 +163,6 @@ def check_forward_inputs(c: TransformerConfig, src: Tensor, tgt_in: Tensor, valu
     check_pair(src, tgt_in)
 
 
-# %% ../../notebooks/10_transformer.ipynb #3bc3d07e
 def check_input_ids(
     name: str, ids: Tensor, vocab_size: int, max_len: int, start: int = 0, values=True
 ):
@@ -195,7 +195,6 @@ def check_pair(src: Tensor, tgt_in: Tensor) -> None:
         )
 
 
-# %% ../../notebooks/10_transformer.ipynb #c08e4a7b
 def check_memory(tgt_in: Tensor, memory: Tensor, src: Tensor, d_model: int) -> None:
     """A clear error unless tgt_in (batch, T) pairs with src (batch, S) and memory is
     (batch, S, d_model)."""
