@@ -83,9 +83,9 @@ class TransformerEmbedding(nn.Module):
 def check_token_ids(ids: Tensor, vocab_size: int) -> None:
     """Raise a clear error unless `ids` is an integer tensor of ids in [0, vocab_size).
 
-    Reading the values makes the host wait for the device, so this runs where ids enter
-    (the model's entry points, the batches of appendix 16), not in the embedding at every
-    step."""
+    Reading the values makes the host wait for the device, so this runs where ids
+    enter (the model's entry points, the batches of appendix 16), not in the embedding
+    at every step."""
     if ids.dtype not in (torch.int32, torch.int64):
         raise TypeError(f"token ids must be an integer tensor, got {ids.dtype}")
     if ids.numel() and (ids.min() < 0 or ids.max() >= vocab_size):

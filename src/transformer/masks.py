@@ -20,6 +20,21 @@ _INTEGER_DTYPES = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int6
 def padding_mask(ids: Tensor, pad_id: int) -> Tensor:
     """k[b, s] = ids[b, s] != pad_id: True at real tokens. (batch, seq) -> (batch, seq)
     bool."""
+    _check_ids(ids)
+    return ids != pad_id
+
+
+def causal_mask(size: int, device: torch.device | str | None = None, start: int = 0) -> Tensor:
+    """c[t, s] = s <= start + t: a (size, start + size) bool lower triangle, the causal
+    mask. start > 0 gives the rows of `size` new positions after `start` kept ones (a
+    decoder cache)."""
+    _check_causal(size, start)
+    return torch.ones(size, start + size, dtype=torch.bool, device=device).tril(start)
+
+
+# %% ../../notebooks/04_masking.ipynb #f6b896ec
+def _check_ids(ids: Tensor) -> None:
+    """What padding_mask takes: a 2-D integer tensor of token ids."""
     if not isinstance(ids, Tensor):
         raise TypeError(f"token ids must be a torch.Tensor, got {type(ids).__name__}")
     if ids.dtype not in _INTEGER_DTYPES:
@@ -31,18 +46,14 @@ def padding_mask(ids: Tensor, pad_id: int) -> Tensor:
             f"token ids must be 2-D (batch, seq), got shape {tuple(ids.shape)}; "
             "add a batch dimension with ids.unsqueeze(0)"
         )
-    return ids != pad_id
 
 
-def causal_mask(size: int, device: torch.device | str | None = None, start: int = 0) -> Tensor:
-    """c[t, s] = s <= start + t: a (size, start + size) bool lower triangle, the causal
-    mask. start > 0 gives the rows of `size` new positions after `start` kept ones (a
-    decoder cache)."""
+def _check_causal(size: int, start: int) -> None:
+    """What causal_mask takes: a positive int size and a non-negative int start."""
     if type(size) is not int or size < 1:  # an int, not a bool
         raise ValueError(f"causal_mask needs a positive integer size, got {size!r}")
     if type(start) is not int or start < 0:
         raise ValueError(f"causal_mask needs a non-negative integer start, got {start!r}")
-    return torch.ones(size, start + size, dtype=torch.bool, device=device).tril(start)
 
 
 # %% ../../notebooks/04_masking.ipynb #42b740e1
