@@ -3,6 +3,7 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 from dataclasses import asdict, fields, replace
 from pathlib import Path
 
@@ -131,10 +132,13 @@ def test_translate_keeps_empty_lines_and_warns_on_long_input(
 ):
     long_line = "a dog " * 200  # longer than max_len=256 pieces
     monkeypatch.setattr("sys.stdin", io.StringIO(f"A man rides a bike.\n\n{long_line}\n"))
-    with pytest.warns(UserWarning, match="1 of 3 sentences are longer than the model's max_len"):
+    # the empty line has no sentence: two sentences are translated
+    with pytest.warns(UserWarning, match="1 of 2 sentences are longer than the model's max_len"):
         assert main(["translate", "--checkpoint", str(tiny_run), "--beam-size", "2"]) == 0
-    lines = capsys.readouterr().out.split("\n")
+    out, err = capsys.readouterr()
+    lines = out.split("\n")
     assert len(lines) == 4 and lines[0] and lines[1] == "" and lines[3] == ""
+    assert "does not look like an image caption" not in err  # a checkpoint has no check
     assert beam_alphas == [0.6]  # no --alpha: the paper's
 
 
@@ -211,6 +215,53 @@ def test_an_explicit_decoding_flag_overrides_the_manifest_and_says_so(capsys, be
     assert f"decoding with {replace(shipped, alpha=0.2)}, not the shipped model's" in err
     assert main(["translate", "--model", "en-de", "--average", "2", "A dog."]) == 1
     assert "--average needs --checkpoint" in capsys.readouterr().err
+
+
+def test_translate_model_warns_on_stderr_of_each_line_unlike_the_captions(monkeypatch, capsys):
+    """One warning line per flagged input line, naming the line, its caption cost and the
+    manifest's threshold; captions and empty lines pass, and stdout keeps a line per input."""
+    lines = ["A dog runs in the snow.", "How do I reset my password?", "", "Ich liebe dich."]
+    monkeypatch.setattr("sys.stdin", io.StringIO("".join(s + "\n" for s in lines)))
+    assert main(["translate", "--model", "en-de"]) == 0
+    out, err = capsys.readouterr()
+    assert len(out.split("\n")) == 5 and out.split("\n")[2] == ""
+    shipped = load_pretrained("en-de")
+    check = shipped.domain
+    assert check.threshold == read_manifest()["en-de"]["cpu"]["domain"]["threshold"]
+    expected = [
+        f"python -m transformer translate: warning: line {n} does not look like an image "
+        f"caption (caption cost {check.cost(lines[n - 1]):.2f} > {check.threshold:.2f}): "
+        "expect a poor translation"
+        for n in (2, 4)
+    ]
+    assert err.splitlines() == expected
+    assert shipped.out_of_domain(lines) == [False, True, False, True]
+
+
+def test_translate_model_gives_one_line_for_a_paragraph_of_300_words(monkeypatch, capsys):
+    """The 300-word paragraph of test_pretrained: its 27 sentences translated in one call, one
+    output line, their translations joined by spaces in order."""
+    from test_pretrained import PARAGRAPH
+
+    from transformer import pretrained
+    from transformer.domain import split_sentences
+
+    calls, real = [], pretrained.translate
+
+    def spy(model, tokenizer, sentences, decoding):
+        calls.append((list(sentences), real(model, tokenizer, sentences, decoding)))
+        return calls[-1][1]
+
+    monkeypatch.setattr(pretrained, "translate", spy)
+    monkeypatch.setattr("sys.stdin", io.StringIO(PARAGRAPH + "\nA dog runs.\n"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no sentence is truncated
+        assert main(["translate", "--model", "en-de"]) == 0
+    out, err = capsys.readouterr()
+    (sentences, translations), *_ = calls
+    assert len(calls) == 1 and sentences == [*split_sentences(PARAGRAPH), "A dog runs."]
+    assert out.splitlines() == [" ".join(translations[:27]), translations[27]]
+    assert all(translations) and not err  # the paragraph reads like captions
 
 
 @pytest.mark.parametrize("device", ["cuda", "cuda:3", "mps"])
@@ -294,23 +345,27 @@ def test_ship_stores_a_translator_beside_the_other_kind_and_drops_files_no_model
     tiny_run, tmp_path, capsys
 ):
     """The tiny run (a CPU run) ships into a folder whose manifest holds a GPU-trained en-de
-    model: both stay, the GPU one's files too; files that no model names go."""
+    model: both stay, the GPU one's files too, and both get the English words file of the
+    in-domain check; files that no model names go."""
     out = tmp_path / "weights"
     out.mkdir()
     gpu_files = {"weights": "en-de-gpu.safetensors", "tokenizer": "gpu-bpe8000.model"}
     gpu = gpu_files | {"trained_on": "NVIDIA H100 80GB HBM3", "check": {"bleu_lc": -1.0}}
     (out / "manifest.json").write_text(json.dumps({"en-de": {"gpu": gpu}}))
-    earlier = {"de-en.safetensors", "old-bpe8000.model", "notes.txt", *gpu_files.values()}
+    earlier = {"de-en.safetensors", "old-bpe8000.model", "words.de.tsv", "notes.txt"}
+    earlier |= set(gpu_files.values())
     for name in earlier:
         (out / name).write_text("an earlier ship's file")
     argv = ["ship", str(tiny_run), "--out", str(out), "--average", "3", "--beam-size", "1"]
     assert main(argv) == 0
     assert capsys.readouterr().out.startswith("en-de-cpu.safetensors: ")
     models = read_manifest(out)["en-de"]
-    assert sorted(models) == ["cpu", "gpu"] and models["gpu"] == gpu
     entry = models["cpu"]
+    assert entry["domain"]["words"] == "words.en.tsv"
+    assert sorted(models) == ["cpu", "gpu"] and models["gpu"] == gpu | {"domain": entry["domain"]}
     assert entry["decoding"] == asdict(Decoding(average=3, beam_size=1))
-    written = {entry["weights"], entry["tokenizer"], "manifest.json"}
+    assert entry["domain"] == read_manifest()["en-de"]["cpu"]["domain"]  # as the package's
+    written = {entry["weights"], entry["tokenizer"], "words.en.tsv", "manifest.json"}
     # the old weights and vocabulary are gone; the GPU model's files and other files stay
     assert {p.name for p in out.iterdir()} == written | {"notes.txt", *gpu_files.values()}
     new_file = tmp_path / "new"
@@ -319,6 +374,7 @@ def test_ship_stores_a_translator_beside_the_other_kind_and_drops_files_no_model
     shipped = load_pretrained("en-de", root=out)  # the better check: the CPU model here
     assert shipped.decoding == Decoding(average=3, beam_size=1)
     assert shipped.check_bleu() == entry["check"]["bleu_lc"]
+    assert shipped.out_of_domain(["A dog runs.", "How do I reset my password?"]) == [False, True]
 
 
 def test_torchrun_ranks_stop_together_at_max_seconds(tmp_path):

@@ -1,22 +1,39 @@
 """The translators shipped in the package (transformer/weights, written by `ship`): they load
 from their checked files, translate deterministically, keep the BLEU that ship measured, refuse
-damaged files, and travel with a pip install."""
+damaged files, and travel with a pip install. Their in-domain check (transformer.domain, words
+files and thresholds in the manifest) flags text unlike the captions, and a text of several
+sentences is translated sentence by sentence."""
 
 import json
+import math
 import shutil
 import subprocess
 import sys
 import zipfile
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
+from transformer import evaluation
+from transformer.data import read_sentences
+from transformer.domain import (
+    CaptionCheck,
+    caption_tokens,
+    counts_text,
+    read_counts,
+    split_sentences,
+    threshold_for,
+    translate_texts,
+    words_entry,
+)
 from transformer.explorer import explore
 from transformer.model import Transformer, TransformerConfig
 from transformer.pretrained import (
     MANIFEST,
     WEIGHTS,
+    domain_of,
     load_pretrained,
     pack_weights,
     read_manifest,
@@ -27,6 +44,7 @@ from transformer.results import load_results
 from transformer.scoring import attention_record, runaways
 
 DIRECTIONS = ("de-en", "en-de")
+OTHER_TEXT = Path(__file__).parents[1] / "benchmarks" / "domain"  # off_domain.LANG.txt
 
 
 @pytest.fixture(scope="module", params=DIRECTIONS)
@@ -184,6 +202,7 @@ def test_a_pip_install_brings_the_weights(tmp_path):
     for entry in (e for models in read_manifest().values() for e in models.values()):
         assert f"transformer/weights/{entry['weights']}" in names
         assert f"transformer/weights/{entry['tokenizer']}" in names
+        assert f"transformer/weights/{entry['domain']['words']}" in names
     zipfile.ZipFile(wheel).extractall(tmp_path / "site")
     code = "from transformer.pretrained import load_pretrained, WEIGHTS; print(WEIGHTS); "
     code += "print(load_pretrained('de-en').translate(['Ein Hund rennt.'])[0])"
@@ -210,3 +229,246 @@ def test_the_cpu_records_of_the_shipped_models_are_complete():
         assert r["device"].startswith("cpu") and r["config"]["decoding"]["max_sentences"] is None
         assert len(r["samples"]) == 10 and len(r["attention"]) == 12
         assert r["steps"] == read_manifest()[r["direction"]]["cpu"]["steps"]  # the shipped run
+
+
+# ------------------------------------------------------------------ the in-domain check
+
+CAPTIONS = {
+    "en": [
+        "A man is riding a bike.",
+        "Two dogs are playing in the snow.",
+        "A girl in a red dress.",
+    ],
+    "de": ["Ein Mann fährt Fahrrad.", "Zwei Hunde spielen im Schnee.", "Eine Frau lacht."],
+}
+OTHER = {
+    "en": [
+        "You should subscribe to my Substack.",
+        "How do I reset my password?",
+        "The parliament voted on the new budget yesterday.",
+        "Manuscripts don't burn.",
+    ],
+    "de": [
+        "Manuskripte brennen nicht.",
+        "Wie setze ich mein Passwort zurück?",
+        "Das Parlament hat gestern über den Haushalt abgestimmt.",
+        "Ich liebe dich.",
+    ],
+}
+
+
+def held_out(lang: str) -> list[str]:
+    """The held-out half of benchmarks/domain/off_domain.LANG.txt: its even lines."""
+    return (OTHER_TEXT / f"off_domain.{lang}.txt").read_text(encoding="utf-8").splitlines()[1::2]
+
+
+def test_every_shipped_model_has_the_in_domain_check_of_its_source_language(tmp_path):
+    """Each manifest entry names its source language's words file (shared by the models of
+    that language), its SHA-256, the threshold and the rule; words_entry writes the same file
+    and threshold again from the corpus."""
+    for direction, models in read_manifest().items():
+        lang = direction.split("-")[0]
+        again = words_entry(lang, tmp_path)
+        assert (tmp_path / again["words"]).read_bytes() == (WEIGHTS / again["words"]).read_bytes()
+        for entry in models.values():
+            assert entry["domain"] == again
+            assert again == {
+                "rule": "caption_cost",
+                "words": f"words.{lang}.tsv",
+                "sha256": again["sha256"],
+                "threshold": again["threshold"],
+            }
+
+
+def test_the_words_file_format():
+    """One "token<TAB>count" line a token seen at least twice, most frequent first, ties in
+    code-point order; read_counts reads it back. Tokens: NFC, lowercase, letter runs, ? and !."""
+    text = (WEIGHTS / "words.en.tsv").read_text(encoding="utf-8")
+    rows = [line.split("\t") for line in text.splitlines()]
+    assert all(len(row) == 2 and int(row[1]) >= 2 for row in rows)
+    assert [(-int(n), t) for t, n in rows] == sorted((-int(n), t) for t, n in rows)
+    assert counts_text(read_counts(text)) == text and rows[0][0] == "a"
+    assert caption_tokens("Ein Café! Ist’s 2 Uhr? Cafe\u0301-Bar") == [
+        "ein", "café", "!", "ist", "s", "uhr", "?", "café", "bar",
+    ]  # fmt: skip
+
+
+def test_out_of_domain_flags_other_text_and_passes_captions(shipped):
+    lang = shipped.direction.split("-")[0]
+    texts = CAPTIONS[lang] + OTHER[lang] + ["", "   "]
+    assert shipped.out_of_domain(texts) == [False] * 3 + [True] * 4 + [False] * 2
+    check = shipped.domain
+    assert all(check.cost(t) > check.threshold for t in OTHER[lang])
+    assert check.cost("12345") == float("inf") and shipped.out_of_domain(["12345"]) == [True]
+    with pytest.raises(TypeError, match="a list of texts"):
+        shipped.out_of_domain(OTHER[lang][0])
+
+
+@pytest.mark.parametrize(("lang", "direction"), [("en", "en-de"), ("de", "de-en")])
+def test_the_check_flags_held_out_other_text_and_few_test_captions(lang, direction):
+    """The shipped rule and threshold (no model needed): at least 90% of the held-out other
+    text, at most 5% of test2016 and at most 3% of val (where the threshold was chosen)."""
+    check = domain_of(shipped_entry(read_manifest(), direction), WEIGHTS)
+    other, test = held_out(lang), read_sentences("test_2016_flickr", lang)
+    assert len(other) == 175
+    assert sum(check.flags(other)) / len(other) >= 0.90
+    assert sum(check.flags(test)) / len(test) <= 0.05
+    val = read_sentences("val", lang)
+    assert sum(check.flags(val)) <= 0.03 * len(val)
+    assert threshold_for([check.cost(s) for s in val]) == check.threshold
+
+
+def test_threshold_for_flags_at_most_the_share():
+    costs = [float(c) for c in range(1, 101)]  # 1, 2, ..., 100
+    assert threshold_for(costs, 0.03) == 97.0  # flags 98, 99, 100
+    assert threshold_for([1.234, 5.001], 0.5) == 1.24  # rounded up to 0.01
+    check = CaptionCheck({"a": 3, "man": 1})  # total 4: ln 4 - ln(count + 1)
+    # a, a: 0; man, man: ln 2; "!": ln 4
+    assert check.cost("A man, a MAN!") == pytest.approx((2 * math.log(2) + math.log(4)) / 5)
+
+
+def test_a_damaged_or_missing_words_file_is_refused_with_its_sum(copy_of_weights):
+    root, entry = copy_of_weights
+    words, expected = root / entry["domain"]["words"], entry["domain"]["sha256"]
+    words.write_text(words.read_text(encoding="utf-8") + "substack\t999\n", encoding="utf-8")
+    with pytest.raises(
+        ValueError, match=rf"{words.name} is damaged or altered.*expected {expected}"
+    ):
+        load_pretrained(DIRECTIONS[0], root=root)
+    words.unlink()
+    with pytest.raises(FileNotFoundError, match=rf"{words.name} is missing.*{expected}"):
+        load_pretrained(DIRECTIONS[0], root=root)
+
+
+def test_a_model_shipped_without_the_check_loads_and_says_so(copy_of_weights):
+    root, _ = copy_of_weights
+    manifest = read_manifest(root)
+    del manifest[DIRECTIONS[0]]["cpu"]["domain"]
+    (root / MANIFEST).write_text(json.dumps(manifest))
+    old = load_pretrained(DIRECTIONS[0], root=root)
+    assert old.domain is None
+    with pytest.raises(ValueError, match="has no in-domain check"):
+        old.out_of_domain(["Ein Hund rennt."])
+
+
+# ------------------------------------------------------------------ sentence by sentence
+
+PARAGRAPH = (
+    "On Saturday, Mr. Brown took his two dogs to the park near St. Mary's Church. The older "
+    "dog, a Boston Terrier called Max, ran straight to the pond. The younger one stayed close, "
+    "e.g. under the bench, and watched the ducks. At 10.30 a.m. a group of children arrived "
+    "with a red ball. They played football on the grass for almost an hour. One girl, about 8 "
+    "years old, scored three goals! Her father cheered so loudly that the ducks flew away. "
+    '"Well done," he said. "Now let\'s get some ice cream." The children ran to the small shop '
+    "at the corner of the square. Dr. Miller, who owns the shop, gave each of them a cone with "
+    "2.5 scoops. It was a warm day in May, and the sun was bright. Meanwhile, Max had found a "
+    "stick in the water... He brought it back and dropped it at Mr. Brown's feet. Was he "
+    "tired? Not at all. He wanted to play again and again. A young man on a bicycle stopped to "
+    "watch. He took a photo of the dog with his phone. Later, an old woman sat down on the "
+    "bench and fed the birds with bread. Two men in orange vests were cutting the hedges "
+    "behind her. A street musician played the guitar near the fountain, and people threw coins "
+    "into his hat. In the afternoon, clouds came in from the west. The wind grew stronger, and "
+    "the first drops of rain began to fall. Mr. Brown called his dogs, put on their leads and "
+    "walked home along the river. At home, the dogs slept on the rug in front of the fire, "
+    "and the children, tired and happy, told their parents about the goals, the ducks and the "
+    "ice cream. It had been a long and happy day for everyone."
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "sentences"),
+    [
+        ("A dog runs.", ["A dog runs."]),
+        ("  A dog runs.  Two cats sleep.\n", ["A dog runs.", "Two cats sleep."]),
+        ("", []),
+        (" \t ", []),
+        # abbreviations, English and German, and initials
+        ("Mr. Smith met Dr. Jones. They talked.", ["Mr. Smith met Dr. Jones.", "They talked."]),
+        ("Fruit, e.g. Apples, etc. Are sweet.", ["Fruit, e.g. Apples, etc. Are sweet."]),
+        ("I.e. This one. That one.", ["I.e. This one.", "That one."]),
+        ("Obst, z.B. Äpfel. Gemüse, z. B. Kohl.", ["Obst, z.B. Äpfel.", "Gemüse, z. B. Kohl."]),
+        ("Äpfel, Birnen usw. Sind gesund. Ja.", ["Äpfel, Birnen usw. Sind gesund.", "Ja."]),
+        (
+            "Haus Nr. 5 ist rot. Ca. 3 Leute, bzw. Vier. Vgl. Kapitel 2.",
+            ["Haus Nr. 5 ist rot.", "Ca. 3 Leute, bzw. Vier.", "Vgl. Kapitel 2."],
+        ),
+        (
+            "J. R. R. Tolkien wrote it. He was British.",
+            ["J. R. R. Tolkien wrote it.", "He was British."],
+        ),
+        ("She lives in the U.S. Today she works.", ["She lives in the U.S. Today she works."]),
+        # numbers: decimals, German ordinals, a year
+        ("It costs 3.5 euros. That is cheap.", ["It costs 3.5 euros.", "That is cheap."]),
+        ("Am 3. Mai kam er. Am 21. Juni ging er.", ["Am 3. Mai kam er.", "Am 21. Juni ging er."]),
+        (
+            "Im 19. Jahrhundert. Dann 1990. Dann 2000.",
+            ["Im 19. Jahrhundert.", "Dann 1990.", "Dann 2000."],
+        ),
+        ("Founded in 1990. It grew.", ["Founded in 1990.", "It grew."]),
+        ("Two dogs. 3 cats sleep.", ["Two dogs.", "3 cats sleep."]),
+        # quotes and brackets
+        ('He said "Go." Then he left.', ['He said "Go."', "Then he left."]),
+        ('She left. "Why?" he asked.', ["She left.", '"Why?" he asked.']),
+        (
+            "Er ging. „Warum?“ fragte sie. »Darum.« Ende.",
+            ["Er ging.", "„Warum?“ fragte sie.", "»Darum.«", "Ende."],
+        ),
+        ("A dog (a big one.) A cat.", ["A dog (a big one.)", "A cat."]),
+        # ellipses, and marks that do not end a sentence
+        ("Wait... Then it rained.", ["Wait...", "Then it rained."]),
+        ("Wait… Then it rained… or not.", ["Wait…", "Then it rained… or not."]),
+        ("Really?! Yes. No!", ["Really?!", "Yes.", "No!"]),
+        ("at 3 p.m. on Friday. the end.", ["at 3 p.m. on Friday. the end."]),
+        ("A dog.Then a cat.", ["A dog.Then a cat."]),
+    ],
+)
+def test_split_sentences(text, sentences):
+    assert split_sentences(text) == sentences
+
+
+def test_a_300_word_paragraph_splits_into_its_sentences():
+    sentences = split_sentences(PARAGRAPH)
+    assert len(PARAGRAPH.split()) >= 300 and len(sentences) == 27
+    assert " ".join(sentences) == PARAGRAPH  # nothing lost, nothing added
+    assert sentences[3] == "At 10.30 a.m. a group of children arrived with a red ball."
+    assert sentences[7:9] == ['"Well done," he said.', '"Now let\'s get some ice cream."']
+    assert all(s[-1] in '.!?"' for s in sentences)
+
+
+def test_translate_texts_translates_every_sentence_in_one_call_and_keeps_the_order():
+    calls = []
+
+    def translate(sentences):
+        calls.append(sentences)
+        return [f"<{s}>" for s in sentences]
+
+    texts = ["One. Two.", "", "Three!", "Mr. Four. Five? Six."]
+    assert translate_texts(translate, texts) == [
+        "<One.> <Two.>", "", "<Three!>", "<Mr. Four.> <Five?> <Six.>",
+    ]  # fmt: skip
+    assert calls == [["One.", "Two.", "Three!", "Mr. Four.", "Five?", "Six."]]
+    assert translate_texts(translate, ["", " "]) == ["", ""] and len(calls) == 1
+    with pytest.raises(TypeError, match="a list of texts"):
+        translate_texts(translate, "One. Two.")
+
+
+def test_pretrained_translate_splits_and_warns_only_of_a_long_sentence(monkeypatch):
+    """Pretrained.translate hands chapter 13's translate the sentences of all texts at once;
+    a text longer than max_len but made of short sentences is not truncated."""
+    shipped = load_pretrained("en-de")
+    seen = []
+
+    def spy(model, tokenizer, sentences, decoding):
+        seen.append(list(sentences))
+        return [f"[{len(s)}]" for s in sentences]
+
+    monkeypatch.setattr("transformer.pretrained.translate", spy)
+    long_text = " ".join(["A dog runs in the park."] * 60)  # ~420 pieces, 60 sentences
+    assert len(shipped.tokenizer.encode([long_text])[0]) > shipped.model.config.max_len
+    out = shipped.translate(["Two dogs play.", long_text])
+    assert seen == [["Two dogs play.", *["A dog runs in the park."] * 60]]
+    assert out == ["[14]", " ".join(["[23]"] * 60)]
+    monkeypatch.setattr("transformer.pretrained.translate", evaluation.translate)
+    monkeypatch.setattr(evaluation, "beam_search", lambda m, src, *a: [[]] * len(src))  # quick
+    with pytest.warns(UserWarning, match="1 of 2 sentences are longer than the model's max_len"):
+        assert shipped.translate(["A dog runs. " + "A dog " * 300]) == [" "]

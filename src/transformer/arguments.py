@@ -109,7 +109,11 @@ def add_max_sentences(p: argparse.ArgumentParser) -> None:
     )
 
 
-DECODING_FLAGS = {"average": "--average", "beam_size": "--beam-size", "alpha": "--alpha"}
+DECODING_FLAGS = {
+    "average": "--average",
+    "beam_size": "--beam-size",
+    "alpha": "--alpha",
+}
 
 
 def add_decoding_arguments(p: argparse.ArgumentParser) -> None:

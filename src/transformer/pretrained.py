@@ -15,29 +15,28 @@ __all__ = [
     "shipped_entry",
     "model_of",
     "load_pretrained",
-    "ship",
+    "domain_of",
 ]
 
 # %% ../../notebooks/17_shipping.ipynb #52e507e9
 import hashlib
 import json
-import shutil
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from importlib.resources import files
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 from torch import Tensor
 
-from .data import atomic_write
 from .decoding import Decoding
-from .evaluation import evaluate_split, load_run, tokenizer_of, translate
+from .domain import RULE, CaptionCheck, read_counts, translate_texts
+from .evaluation import evaluate_split, translate
 from .model import Transformer, TransformerConfig
 from .tokenizer import Tokenizer
 
 WEIGHTS = Path(files("transformer")) / "weights"  # inside the installed package
-# direction -> machine kind -> files, SHA-256 sums, config, decoding
+# direction -> machine kind -> files, SHA-256 sums, config, decoding, in-domain check
 MANIFEST = "manifest.json"
 # the first val sentences whose BLEU ship stores and the tests recompute
 CHECK_SENTENCES = 200
@@ -92,17 +91,29 @@ def verified(path: Path, expected: str) -> Path:
 # %% ../../notebooks/17_shipping.ipynb #565c1209
 @dataclass
 class Pretrained:
-    """A shipped translator: its model, its vocabulary and how it decodes."""
+    """A shipped translator: its model, its vocabulary, how it decodes and its
+    in-domain check."""
 
     direction: str
     model: Transformer
     tokenizer: Tokenizer
     # its average tells how many checkpoints the shipped weights average
     decoding: Decoding
+    domain: CaptionCheck | None = None  # None: shipped before the check existed
 
-    def translate(self, sentences: list[str]) -> list[str]:
-        """Beam search with the shipped settings (chapter 13's translate)."""
-        return translate(self.model, self.tokenizer, sentences, self.decoding)
+    def translate(self, texts: list[str]) -> list[str]:
+        """Beam search with the shipped settings (chapter 13's translate), sentence by
+        sentence: one line of translation per text (translate_texts)."""
+        return translate_texts(
+            lambda s: translate(self.model, self.tokenizer, s, self.decoding), texts
+        )
+
+    def out_of_domain(self, texts: list[str]) -> list[bool]:
+        """Whether each text is unlike the captions the model learned from: its
+        caption cost is above the manifest's threshold (CaptionCheck.flags)."""
+        if self.domain is None:
+            raise ValueError(f"the {self.direction} model has no in-domain check; ship it again")
+        return self.domain.flags(texts)
 
     def check_bleu(self) -> float:
         """Lowercased sacreBLEU on the first CHECK_SENTENCES of val, with the shipped
@@ -179,62 +190,18 @@ def load_pretrained(
     source = f"{path} (SHA-256 {entry['weights_sha256']})"
     model = model_of(entry["model_config"], unpack_weights(load_file(path)), source)
     tokenizer = Tokenizer(verified(root / entry["tokenizer"], entry["tokenizer_sha256"]))
-    return Pretrained(direction, model.to(device), tokenizer, Decoding(**entry["decoding"]))
+    decoding, domain = Decoding(**entry["decoding"]), domain_of(entry, root)
+    return Pretrained(direction, model.to(device), tokenizer, decoding, domain)
 
 
-# %% ../../notebooks/17_shipping.ipynb #5baf0906
-def ship(
-    run_dir: str | Path,
-    decoding: Decoding = Decoding(),
-    out: str | Path = WEIGHTS,
-) -> dict:
-    """Store the average of a run's last `decoding.average` checkpoints in `out` for the
-    package to ship: DIRECTION-KIND.safetensors (pack_weights; KIND is the
-    machine_kind it trained on), the run's SentencePiece model, and its manifest
-    entry beside those of the other kind: both files' SHA-256, the model config,
-    the decoding, and the shipped model's BLEU on the first CHECK_SENTENCES of
-    val (Pretrained.check_bleu). Weights and vocabularies in `out` that no entry
-    names any more are removed."""
-    model, ckpt = load_run(run_dir, decoding.average)
-    direction = f"{ckpt['train_config']['src']}-{ckpt['train_config']['tgt']}"
-    kind = machine_kind(ckpt["device"])
-    config, packed = ckpt["model_config"], pack_weights(model)
-    tokenizer, out = tokenizer_of(ckpt), Path(out)
-    shipped = Pretrained(
-        direction,
-        model_of(config, unpack_weights(packed), run_dir),
-        tokenizer,
-        decoding,
-    )
-
-    def save(tmp: Path) -> None:
-        save_file(packed, tmp, metadata={"model_config": json.dumps(config)})
-
-    weights = atomic_write(out / f"{direction}-{kind}.safetensors", save)
-    vocabulary = tokenizer.model_file  # chapter 1's cached model file
-    spm_model = atomic_write(out / vocabulary.name, lambda tmp: shutil.copyfile(vocabulary, tmp))
-    entry = {
-        "weights": weights.name,
-        "weights_sha256": sha256(weights),
-        "tokenizer": spm_model.name,
-        "tokenizer_sha256": sha256(spm_model),
-        "model_config": config,
-        "decoding": asdict(decoding),
-        "check": {
-            "split": "val",
-            "sentences": CHECK_SENTENCES,
-            "bleu_lc": shipped.check_bleu(),
-        },
-        "steps": ckpt["step"],
-        "trained_on": ckpt["device"],
-    }
-    manifest = read_manifest(out) if (out / MANIFEST).is_file() else {}
-    manifest.setdefault(direction, {})[kind] = entry
-    text = json.dumps(manifest, indent=1, sort_keys=True) + "\n"
-    atomic_write(out / MANIFEST, lambda tmp: tmp.write_text(text))
-    entries = [e for models in manifest.values() for e in models.values()]
-    named = {e[key] for e in entries for key in ("weights", "tokenizer")}
-    for old in [*out.glob("*.safetensors"), *out.glob("*.model")]:
-        if old.name not in named:  # e.g. a vocabulary no model uses any more
-            old.unlink()
-    return entry
+# %% ../../notebooks/17_shipping.ipynb #b608809d
+def domain_of(entry: dict, root: Path) -> CaptionCheck | None:
+    """The in-domain check of a manifest entry, its words file checked first (verified);
+    None for an entry shipped without one."""
+    if "domain" not in entry:
+        return None
+    check = entry["domain"]
+    if check["rule"] != RULE:
+        raise ValueError(f"unknown in-domain rule {check['rule']!r}; upgrade the package")
+    words = verified(root / check["words"], check["sha256"]).read_text(encoding="utf-8")
+    return CaptionCheck(read_counts(words), check["threshold"])

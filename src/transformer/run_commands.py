@@ -23,10 +23,11 @@ from pathlib import Path
 from . import arguments
 from .config import TrainConfig
 from .devices import STOP_SIGNALS, resolve_device
-from .pretrained import WEIGHTS, ship
+from .pretrained import WEIGHTS
 from .results import write_result
 from .scoring import record_run
 from .search import search
+from .shipping import ship
 from .training_loop import train
 
 
