@@ -23,8 +23,8 @@ from pathlib import Path
 PACKAGE = Path(files("transformer"))
 WEIGHTS = PACKAGE / "weights"  # the shipped translators (appendix 17's `ship`)
 STATIC = PACKAGE / "static"  # the translator's scripts beside explorer.js
-# the translator's scripts: the page's, and the two it loads
-SCRIPTS = ("translator.js", "transformer.js", "pretrained.js")
+# the translator's scripts (the page's, and the two it loads) and chapter 11's trainer's
+SCRIPTS = ("translator.js", "transformer.js", "pretrained.js", "trainer.js", "trainer_page.js")
 TARGET = "translator"  # relative to the built _static folder
 GLOBAL = "window.__transformerAssets"  # where the asset scripts leave their bytes
 

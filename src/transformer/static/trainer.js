@@ -1,0 +1,986 @@
+// Chapter 11's reversal Transformer trained in the reader's browser. The forward pass
+// in training form (a whole padded batch, keeping what the backward pass needs), the
+// backward pass written out by hand, the label-smoothed loss, gradient clipping and
+// Adam with the Noam schedule, each as the package computes it (model.py, encoder.py,
+// decoder.py, multihead.py, attention.py, normalization.py, feed_forward.py,
+// embeddings.py, training.py), with the same parameter names as its state_dict. No
+// library: typed arrays and loops. Float32Array by default, Float64Array with
+// {float64: true}: one code, the array type chosen when the model is built.
+//
+// The whole script is one function, so that trainer_page.js can start it as a Web
+// Worker from a Blob of its own source (a page opened from disk may not load a worker
+// from a file):
+//
+//   transformerTrainer.createModel(options) -> model   (seeded init, or options.weights)
+//   transformerTrainer.trainStep(model, batch, settings) -> loss (training.train_step)
+//   transformerTrainer.forward(model, batch, eps) -> tape; backward(model, tape)
+//   transformerTrainer.reversalBatches(seed, batchSize) -> iterator of batches
+//   transformerTrainer.createSession(post) -> {handle(message)}: the worker's protocol
+//
+// Shapes in the comments: B sentences, S source and T target positions, D = d_model,
+// H heads of d_head, I = H d_head, F = d_ff, V the vocabulary; rows are (batch, position)
+// pairs, row r = b * seq + t.
+// Sections: the stream · parameters · kernels · attention · layers · the model · the
+// loss and the update · evaluation · the session.
+function transformerTrainerModule(scope) {
+  "use strict";
+  const PAD_ID = 0, BOS_ID = 2, EOS_ID = 3;  // tokenizer.py
+  const FIRST = 4, N_SYMBOLS = 16, MIN_LENGTH = 4, MAX_LENGTH = 10;  // chapter 11
+  const LN_EPS = 1e-5;  // normalization.LayerNorm
+  const BETA1 = 0.9, BETA2 = 0.98, ADAM_EPS = 1e-9;  // training.make_optimizer
+  const now = () => (typeof performance !== "undefined" ? performance.now() : Date.now());
+
+  // ---------------------------------------------------------------- the stream
+
+  // mulberry32: a 32-bit state advanced by a constant, then mixed by two rounds of
+  // multiply and xorshift; returns the next output, an integer in [0, 2^32).
+  // transformer.reversal's Mulberry32 computes the same numbers.
+  function mulberry32(seed) {
+    let state = seed >>> 0;
+    return () => {
+      state = (state + 0x6d2b79f5) >>> 0;
+      let t = Math.imul(state ^ (state >>> 15), state | 1);
+      t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+      return (t ^ (t >>> 14)) >>> 0;
+    };
+  }
+
+  // an integer in [0, n): floor(u n / 2^32), exact in doubles (u n < 2^53)
+  const below = (next, n) => Math.floor((next() * n) / 4294967296);
+
+  // n pairs (sequence, its reverse): length 4 + below(7), then each symbol 4 + below(16)
+  function reversalPairs(next, n) {
+    const pairs = [];
+    for (let e = 0; e < n; e++) {
+      const length = MIN_LENGTH + below(next, MAX_LENGTH - MIN_LENGTH + 1);
+      const sequence = Array.from({length}, () => FIRST + below(next, N_SYMBOLS));
+      pairs.push([sequence, sequence.slice().reverse()]);
+    }
+    return pairs;
+  }
+
+  // batching.collate: src (B, S), tgt_in = [BOS] + target (B, T), tgt_out = target +
+  // [EOS] (B, T), each padded with PAD to its longest row
+  function collate(pairs) {
+    const B = pairs.length;
+    const S = Math.max(...pairs.map(([s]) => s.length));
+    const T = Math.max(...pairs.map(([, t]) => t.length + 1));
+    const src = new Int32Array(B * S), tgtIn = new Int32Array(B * T);
+    const tgtOut = new Int32Array(B * T);  // Int32Array starts at 0 = PAD
+    pairs.forEach(([s, t], b) => {
+      src.set(s, b * S);
+      tgtIn.set([BOS_ID, ...t], b * T);
+      tgtOut.set([...t, EOS_ID], b * T);
+    });
+    return {B, S, T, src, tgtIn, tgtOut};
+  }
+
+  // endless batches of one seed's stream: transformer.reversal.reversal_batches
+  function* reversalBatches(seed, batchSize) {
+    const next = mulberry32(seed);
+    for (;;) yield collate(reversalPairs(next, batchSize));
+  }
+
+  // ---------------------------------------------------------------- parameters
+
+  // the sizes; vocabulary 20 (PAD, UNK, BOS, EOS and 16 symbols), no dropout
+  function modelConfig(o = {}) {
+    const d_model = o.d_model || 32, n_heads = o.n_heads || 2;
+    if (d_model % n_heads || d_model % 2) {
+      throw new Error(
+        `d_model=${d_model} must be even and divisible by n_heads=${n_heads}`);
+    }
+    return {d_model, n_heads, d_head: d_model / n_heads, d_ff: o.d_ff || 2 * d_model,
+      n_layers: o.n_layers || 1, vocab: FIRST + N_SYMBOLS, max_len: o.max_len || 16};
+  }
+
+  // name -> shape of every parameter, named as model.named_parameters() names them; the
+  // tied table once (tgt_embed.token.embedding.weight and generator.weight are it too)
+  function parameterShapes(c) {
+    const D = c.d_model, I = c.n_heads * c.d_head, shapes = {};
+    shapes["src_embed.token.embedding.weight"] = [c.vocab, D];
+    const attention = p => Object.assign(shapes, {[`${p}.in_proj.weight`]: [3 * I, D],
+      [`${p}.in_proj.bias`]: [3 * I], [`${p}.out_proj.weight`]: [D, I],
+      [`${p}.out_proj.bias`]: [D]});
+    const feedForward = p => Object.assign(shapes, {[`${p}.linear1.weight`]: [c.d_ff, D],
+      [`${p}.linear1.bias`]: [c.d_ff], [`${p}.linear2.weight`]: [D, c.d_ff],
+      [`${p}.linear2.bias`]: [D]});
+    const norm = p => Object.assign(shapes, {[`${p}.norm.weight`]: [D],
+      [`${p}.norm.bias`]: [D]});
+    for (let l = 0; l < c.n_layers; l++) {
+      const e = `encoder.layers.${l}`, d = `decoder.layers.${l}`;
+      attention(`${e}.self_attn`);
+      feedForward(`${e}.feed_forward`);
+      norm(`${e}.attn_residual`);
+      norm(`${e}.ff_residual`);
+      attention(`${d}.self_attn`);
+      norm(`${d}.self_residual`);
+      attention(`${d}.cross_attn`);
+      norm(`${d}.cross_residual`);
+      feedForward(`${d}.feed_forward`);
+      norm(`${d}.ff_residual`);
+    }
+    return shapes;
+  }
+
+  const sizeOf = shape => shape.reduce((a, b) => a * b, 1);
+
+  // The package's init, drawn from mulberry32(seed) (not PyTorch's numbers): the table
+  // N(0, 1/d_model) (embeddings.TokenEmbedding); every matrix of the stacks
+  // Xavier-uniform, U(+-sqrt(6 / (fan_in + fan_out))) (model.xavier_init); attention
+  // biases 0; FFN biases U(+-1/sqrt(fan_in)) (nn.Linear); LayerNorm 1 and 0.
+  function initParameters(c, Float, seed) {
+    const next = mulberry32(seed), uniform = () => (next() + 0.5) / 4294967296;
+    const params = {};
+    for (const [name, shape] of Object.entries(parameterShapes(c))) {
+      const w = params[name] = new Float(sizeOf(shape));
+      if (name.startsWith("src_embed")) {
+        for (let i = 0; i < w.length; i++) {  // Box-Muller
+          w[i] = Math.sqrt(-2 * Math.log(uniform())) * Math.cos(2 * Math.PI * uniform())
+            / Math.sqrt(c.d_model);
+        }
+      } else if (shape.length === 2) {
+        const bound = Math.sqrt(6 / (shape[0] + shape[1]));
+        for (let i = 0; i < w.length; i++) w[i] = (2 * uniform() - 1) * bound;
+      } else if (name.endsWith("norm.weight")) {
+        w.fill(1);
+      } else if (/linear[12]\.bias$/.test(name)) {
+        const fanIn = name.endsWith("linear1.bias") ? c.d_model : c.d_ff;
+        for (let i = 0; i < w.length; i++) w[i] = (2 * uniform() - 1) / Math.sqrt(fanIn);
+      }
+    }
+    return params;
+  }
+
+  // Given weights: name -> flat numbers (a state_dict's, row-major); the tied aliases
+  // may be there or not
+  function loadParameters(c, Float, weights) {
+    const params = {};
+    for (const [name, shape] of Object.entries(parameterShapes(c))) {
+      const w = weights[name];
+      if (!w || w.length !== sizeOf(shape)) {
+        throw new Error(
+          `the weights lack ${name} of shape [${shape}] (got ${w && w.length})`);
+      }
+      params[name] = Float.from(w);
+    }
+    return params;
+  }
+
+  // The parameters (or their gradients, or Adam's moments) of `store` grouped as the
+  // modules hold them; W^Q, W^K, W^V are views of the stacked in_proj.
+  function views(c, store) {
+    const D = c.d_model, I = c.n_heads * c.d_head, get = name => store[name];
+    const linear = p => ({weight: get(`${p}.weight`), bias: get(`${p}.bias`)});
+    const attention = p => {
+      const w = get(`${p}.in_proj.weight`), b = get(`${p}.in_proj.bias`);
+      return {w_q: w.subarray(0, I * D), w_k: w.subarray(I * D, 2 * I * D),
+        w_v: w.subarray(2 * I * D), b_q: b.subarray(0, I), b_k: b.subarray(I, 2 * I),
+        b_v: b.subarray(2 * I), out_proj: linear(`${p}.out_proj`)};
+    };
+    const feedForward = p => ({linear1: linear(`${p}.linear1`),
+      linear2: linear(`${p}.linear2`)});
+    const encoder = [], decoder = [];
+    for (let l = 0; l < c.n_layers; l++) {
+      const e = `encoder.layers.${l}`, d = `decoder.layers.${l}`;
+      encoder.push({self_attn: attention(`${e}.self_attn`),
+        attn_residual: linear(`${e}.attn_residual.norm`),
+        feed_forward: feedForward(`${e}.feed_forward`),
+        ff_residual: linear(`${e}.ff_residual.norm`)});
+      decoder.push({self_attn: attention(`${d}.self_attn`),
+        self_residual: linear(`${d}.self_residual.norm`),
+        cross_attn: attention(`${d}.cross_attn`),
+        cross_residual: linear(`${d}.cross_residual.norm`),
+        feed_forward: feedForward(`${d}.feed_forward`),
+        ff_residual: linear(`${d}.ff_residual.norm`)});
+    }
+    return {embedding: get("src_embed.token.embedding.weight"), encoder, decoder};
+  }
+
+  // embeddings.sinusoidal_positional_encoding, (max_len, D): PE[pos, 2k] = sin(pos w_k),
+  // PE[pos, 2k+1] = cos(pos w_k), w_k = 10000^(-2k / D), kept in the model's type
+  function positionalEncoding(max_len, D, Float) {
+    const pe = new Float(max_len * D);
+    for (let k = 0; k < D; k += 2) {
+      const omega = 10000 ** (-k / D);
+      for (let pos = 0; pos < max_len; pos++) {
+        pe[pos * D + k] = Math.sin(pos * omega);
+        pe[pos * D + k + 1] = Math.cos(pos * omega);
+      }
+    }
+    return pe;
+  }
+
+  // The model: config, parameters, gradients and Adam's state, all of one array type.
+  // options: d_model, n_heads, d_ff, n_layers, max_len; float64; weights or seed.
+  function createModel(options = {}) {
+    const c = modelConfig(options);
+    const Float = options.float64 ? Float64Array : Float32Array;
+    const params = options.weights ? loadParameters(c, Float, options.weights)
+      : initParameters(c, Float, options.seed || 0);
+    const zeros = () => Object.fromEntries(
+      Object.entries(params).map(([name, w]) => [name, new Float(w.length)]));
+    const grads = zeros(), m = zeros(), v = zeros();
+    return {c, Float, round: options.float64 ? x => x : Math.fround,
+      params, grads, m, v, p: views(c, params), g: views(c, grads),
+      pe: positionalEncoding(c.max_len, c.d_model, Float),
+      adamSteps: 0, schedulerSteps: 0};
+  }
+
+  // ---------------------------------------------------------------- kernels
+
+  // C (m, n) = A (m, k) B^T, B (n, k): every product of the model goes through here.
+  // Blocks of 4 rows x 4 columns: each value read serves 4 products, in 16 running sums
+  // (doubles: the float32 mode rounds each result once, when it is stored).
+  function matmulNT(A, m, B, k, n, C) {
+    const m4 = m - (m % 4), n4 = n - (n % 4);
+    for (let r = 0; r < m4; r += 4) {
+      const a0 = r * k, a1 = a0 + k, a2 = a1 + k, a3 = a2 + k;
+      for (let o = 0; o < n4; o += 4) {
+        const b0 = o * k, b1 = b0 + k, b2 = b1 + k, b3 = b2 + k;
+        let s00 = 0, s01 = 0, s02 = 0, s03 = 0, s10 = 0, s11 = 0, s12 = 0, s13 = 0;
+        let s20 = 0, s21 = 0, s22 = 0, s23 = 0, s30 = 0, s31 = 0, s32 = 0, s33 = 0;
+        for (let i = 0; i < k; i++) {
+          const u0 = B[b0 + i], u1 = B[b1 + i], u2 = B[b2 + i], u3 = B[b3 + i];
+          let x = A[a0 + i];
+          s00 += x * u0; s01 += x * u1; s02 += x * u2; s03 += x * u3;
+          x = A[a1 + i];
+          s10 += x * u0; s11 += x * u1; s12 += x * u2; s13 += x * u3;
+          x = A[a2 + i];
+          s20 += x * u0; s21 += x * u1; s22 += x * u2; s23 += x * u3;
+          x = A[a3 + i];
+          s30 += x * u0; s31 += x * u1; s32 += x * u2; s33 += x * u3;
+        }
+        let c = r * n + o;
+        C[c] = s00; C[c + 1] = s01; C[c + 2] = s02; C[c + 3] = s03;
+        c += n;
+        C[c] = s10; C[c + 1] = s11; C[c + 2] = s12; C[c + 3] = s13;
+        c += n;
+        C[c] = s20; C[c + 1] = s21; C[c + 2] = s22; C[c + 3] = s23;
+        c += n;
+        C[c] = s30; C[c + 1] = s31; C[c + 2] = s32; C[c + 3] = s33;
+      }
+    }
+    // the edges: the last m % 4 rows, and the last n % 4 columns of the others
+    for (let r = 0; r < m; r++) {
+      for (let o = r < m4 ? n4 : 0; o < n; o++) {
+        let s = 0;
+        for (let i = 0; i < k; i++) s += A[r * k + i] * B[o * k + i];
+        C[r * n + o] = s;
+      }
+    }
+  }
+
+  // X^T (cols, rows) of X (rows, cols), in X's array type
+  function transpose(X, rows, cols) {
+    const T = new X.constructor(rows * cols);
+    for (let r = 0; r < rows; r++) {
+      for (let c = 0; c < cols; c++) T[c * rows + r] = X[r * cols + c];
+    }
+    return T;
+  }
+
+  // y (rows, n_out) = x (rows, n_in) W^T + b: nn.Linear, W (n_out, n_in) as PyTorch
+  // stores it; b may be null
+  function linear(x, rows, W, b, n_in, n_out, y) {
+    matmulNT(x, rows, W, n_in, n_out, y);
+    if (!b) return;
+    for (let r = 0; r < rows; r++) {
+      for (let o = 0; o < n_out; o++) y[r * n_out + o] += b[o];
+    }
+  }
+
+  // dx (rows, n_in) = dy (rows, n_out) W, the gradient of linear's input; with `add`,
+  // dx += dy W
+  function linearInputGrad(dy, rows, W, n_in, n_out, dx, add) {
+    const product = add ? new dx.constructor(rows * n_in) : dx;
+    matmulNT(dy, rows, transpose(W, n_out, n_in), n_out, n_in, product);
+    if (add) addInto(dx, product);
+  }
+
+  // dW (n_out, n_in) += dy^T x and db (n_out,) += the sum of dy's rows: linear's
+  // parameter gradients, dy (rows, n_out), x (rows, n_in); db may be null
+  function linearParamGrad(dy, x, rows, n_in, n_out, dW, db) {
+    const dyT = transpose(dy, rows, n_out), product = new dW.constructor(n_out * n_in);
+    matmulNT(dyT, n_out, transpose(x, rows, n_in), rows, n_in, product);
+    addInto(dW, product);
+    if (!db) return;
+    for (let o = 0; o < n_out; o++) {
+      let sum = 0;
+      for (let r = 0; r < rows; r++) sum += dyT[o * rows + r];
+      db[o] += sum;
+    }
+  }
+
+  // a += b, elementwise
+  function addInto(a, b) {
+    for (let i = 0; i < a.length; i++) a[i] += b[i];
+  }
+
+  // ---------------------------------------------------------------- attention
+
+  // The masks, 1 = may attend (masks.py):
+  // encoder_mask (B, S, S): a real query and a real key;
+  // the decoder's causal flag (B, T, T): key <= query (no padding mask: model._decode
+  //   passes is_causal=True; a pad target's row is ignored by the loss);
+  // the cross mask (B, T, S): a real source key (padding_mask(src)[:, None, None, :]).
+  function encoderMask(src, B, S) {
+    const mask = new Uint8Array(B * S * S);
+    for (let b = 0; b < B; b++) {
+      for (let i = 0; i < S; i++) {
+        for (let j = 0; j < S; j++) {
+          const real = src[b * S + i] !== PAD_ID && src[b * S + j] !== PAD_ID;
+          mask[(b * S + i) * S + j] = real;
+        }
+      }
+    }
+    return mask;
+  }
+
+  function causalMask(B, T) {
+    const mask = new Uint8Array(B * T * T);
+    for (let b = 0; b < B; b++) {
+      for (let i = 0; i < T; i++) mask.fill(1, (b * T + i) * T, (b * T + i) * T + i + 1);
+    }
+    return mask;
+  }
+
+  function crossMask(src, B, S, T) {
+    const mask = new Uint8Array(B * T * S);
+    for (let b = 0; b < B; b++) {
+      for (let i = 0; i < T; i++) {
+        for (let j = 0; j < S; j++) mask[(b * T + i) * S + j] = src[b * S + j] !== PAD_ID;
+      }
+    }
+    return mask;
+  }
+
+  // Attention(Q, K, V) = softmax(Q K^T / sqrt(d_head)) V (eq. 1) for every sentence and
+  // head: q (B*Tq, I), k and v (B*Tk, I), head h in columns h d_head.. (h+1) d_head;
+  // mask (B, Tq, Tk). The weights P (B, H, Tq, Tk) and the output ctx (B*Tq, I). A query
+  // with no key allowed gets zero weights and a zero output (attention.py).
+  function attend(q, k, v, dims, mask, P, ctx) {
+    const {B, H, dh, Tq, Tk} = dims, I = H * dh, scale = 1 / Math.sqrt(dh);
+    const s = new Float64Array(Tk), acc = new Float64Array(dh);
+    for (let b = 0; b < B; b++) {
+      for (let h = 0; h < H; h++) {
+        for (let i = 0; i < Tq; i++) {
+          const qi = (b * Tq + i) * I + h * dh, m0 = (b * Tq + i) * Tk;
+          const p0 = ((b * H + h) * Tq + i) * Tk;
+          let max = -Infinity;
+          for (let j = 0; j < Tk; j++) {
+            s[j] = -Infinity;
+            if (!mask[m0 + j]) continue;
+            const kj = (b * Tk + j) * I + h * dh;
+            let dot = 0;
+            for (let c = 0; c < dh; c++) dot += q[qi + c] * k[kj + c];
+            s[j] = dot * scale;
+            if (s[j] > max) max = s[j];
+          }
+          let sum = 0;
+          for (let j = 0; j < Tk; j++) {
+            s[j] = s[j] === -Infinity ? 0 : Math.exp(s[j] - max);
+            sum += s[j];
+          }
+          acc.fill(0);
+          for (let j = 0; j < Tk; j++) {
+            P[p0 + j] = sum > 0 ? s[j] / sum : 0;
+            const w = P[p0 + j], vj = (b * Tk + j) * I + h * dh;
+            if (w !== 0) for (let c = 0; c < dh; c++) acc[c] += w * v[vj + c];
+          }
+          for (let c = 0; c < dh; c++) ctx[qi + c] = acc[c];
+        }
+      }
+    }
+  }
+
+  // attend's backward, dctx (B*Tq, I) -> dq (B*Tq, I), dk and dv (B*Tk, I), overwritten:
+  // dP = dctx V^T, dS = P * (dP - rowsum(P * dP)) (the softmax's Jacobian),
+  // dQ = dS K / sqrt(d_head), dK = dS^T Q / sqrt(d_head), dV = P^T dctx.
+  function attendBackward(q, k, v, dims, P, dctx, dq, dk, dv) {
+    const {B, H, dh, Tq, Tk} = dims, I = H * dh, scale = 1 / Math.sqrt(dh);
+    const dP = new Float64Array(Tk), acc = new Float64Array(dh);
+    dk.fill(0);
+    dv.fill(0);
+    for (let b = 0; b < B; b++) {
+      for (let h = 0; h < H; h++) {
+        for (let i = 0; i < Tq; i++) {
+          const qi = (b * Tq + i) * I + h * dh, p0 = ((b * H + h) * Tq + i) * Tk;
+          let dot = 0;
+          for (let j = 0; j < Tk; j++) {
+            const w = P[p0 + j], vj = (b * Tk + j) * I + h * dh;
+            if (w === 0) continue;  // masked (or underflowed): no gradient either way
+            let g = 0;
+            for (let c = 0; c < dh; c++) g += dctx[qi + c] * v[vj + c];
+            dP[j] = g;
+            dot += w * g;
+          }
+          acc.fill(0);
+          for (let j = 0; j < Tk; j++) {
+            const w = P[p0 + j], kj = (b * Tk + j) * I + h * dh;
+            if (w === 0) continue;
+            const ds = w * (dP[j] - dot) * scale;
+            for (let c = 0; c < dh; c++) {
+              acc[c] += ds * k[kj + c];
+              dk[kj + c] += ds * q[qi + c];
+              dv[kj + c] += w * dctx[qi + c];
+            }
+          }
+          for (let c = 0; c < dh; c++) dq[qi + c] = acc[c];
+        }
+      }
+    }
+  }
+
+  // MultiHead(x, y) = Concat(head_1..head_h) W^O + b^O, head_i = Attention(x W_i^Q,
+  // y W_i^K, y W_i^V) (section 3.2.2): y = x for self-attention, the memory for
+  // cross-attention. x (B*Tq, D), y (B*Tk, D) -> tape.out (B*Tq, D).
+  function multiHeadAttention(model, p, x, y, dims, mask) {
+    const D = model.c.d_model, I = dims.H * dims.dh, Float = model.Float;
+    const rowsQ = dims.B * dims.Tq, rowsK = dims.B * dims.Tk;
+    const q = new Float(rowsQ * I), k = new Float(rowsK * I), v = new Float(rowsK * I);
+    linear(x, rowsQ, p.w_q, p.b_q, D, I, q);  // (B*Tq, I)
+    linear(y, rowsK, p.w_k, p.b_k, D, I, k);  // (B*Tk, I)
+    linear(y, rowsK, p.w_v, p.b_v, D, I, v);
+    const P = new Float(dims.B * dims.H * dims.Tq * dims.Tk), ctx = new Float(rowsQ * I);
+    attend(q, k, v, dims, mask, P, ctx);
+    const out = new Float(rowsQ * D);
+    linear(ctx, rowsQ, p.out_proj.weight, p.out_proj.bias, I, D, out);  // (B*Tq, D)
+    return {x, y, q, k, v, P, ctx, out, dims};
+  }
+
+  // multiHeadAttention's backward: dout (B*Tq, D) -> dx (B*Tq, D), overwritten, and
+  // dy (B*Tk, D), added to; for self-attention dy is dx itself. Gradients of W^Q, W^K,
+  // W^V, W^O and their biases go into g.
+  function multiHeadAttentionBackward(model, p, g, t, dout, dx, dy) {
+    const D = model.c.d_model, dims = t.dims, I = dims.H * dims.dh, Float = model.Float;
+    const rowsQ = dims.B * dims.Tq, rowsK = dims.B * dims.Tk;
+    const dctx = new Float(rowsQ * I);
+    linearParamGrad(dout, t.ctx, rowsQ, I, D, g.out_proj.weight, g.out_proj.bias);
+    linearInputGrad(dout, rowsQ, p.out_proj.weight, I, D, dctx, false);
+    const dq = new Float(rowsQ * I), dk = new Float(rowsK * I), dv = new Float(rowsK * I);
+    attendBackward(t.q, t.k, t.v, dims, t.P, dctx, dq, dk, dv);
+    linearParamGrad(dq, t.x, rowsQ, D, I, g.w_q, g.b_q);
+    linearParamGrad(dk, t.y, rowsK, D, I, g.w_k, g.b_k);
+    linearParamGrad(dv, t.y, rowsK, D, I, g.w_v, g.b_v);
+    linearInputGrad(dq, rowsQ, p.w_q, D, I, dx, false);  // first: dy may be dx
+    linearInputGrad(dk, rowsK, p.w_k, D, I, dy, true);
+    linearInputGrad(dv, rowsK, p.w_v, D, I, dy, true);
+  }
+
+  // ---------------------------------------------------------------- layers
+
+  // x (rows, D) = sqrt(D) E[ids] + PE[position]: embeddings.TransformerEmbedding
+  // (sections 3.4 and 3.5), ids (B, seq) -> rows B*seq
+  function embed(model, ids, seq, x) {
+    const D = model.c.d_model, E = model.p.embedding, pe = model.pe, r = model.round;
+    const scale = Math.sqrt(D);
+    for (let row = 0; row < ids.length; row++) {
+      const e = ids[row] * D, pos = (row % seq) * D;
+      for (let i = 0; i < D; i++) x[row * D + i] = r(E[e + i] * scale) + pe[pos + i];
+    }
+  }
+
+  // embed's backward: dE[ids[row]] += sqrt(D) dx[row], dx (rows, D)
+  function embedBackward(model, ids, dx) {
+    const D = model.c.d_model, dE = model.g.embedding, scale = Math.sqrt(D);
+    for (let row = 0; row < ids.length; row++) {
+      const e = ids[row] * D;
+      for (let i = 0; i < D; i++) dE[e + i] += scale * dx[row * D + i];
+    }
+  }
+
+  // Residual, post-LN (normalization.Residual): y = LN(x + h), LN(z) = gamma (z - mu) /
+  // sqrt(sigma^2 + eps) + beta over each row of D. x, h (rows, D); keeps the normalized
+  // rows zhat (rows, D) and 1 / sqrt(sigma^2 + eps) (rows,).
+  function residual(model, norm, x, h) {
+    const D = model.c.d_model, rows = x.length / D, Float = model.Float;
+    const y = new Float(rows * D), zhat = new Float(rows * D), rstd = new Float(rows);
+    const z = new Float64Array(D);
+    for (let r = 0; r < rows; r++) {
+      let mean = 0, variance = 0;
+      for (let i = 0; i < D; i++) {
+        z[i] = model.round(x[r * D + i] + h[r * D + i]);
+        mean += z[i];
+      }
+      mean /= D;
+      for (let i = 0; i < D; i++) variance += (z[i] - mean) ** 2;
+      rstd[r] = 1 / Math.sqrt(variance / D + LN_EPS);
+      for (let i = 0; i < D; i++) {
+        zhat[r * D + i] = (z[i] - mean) * rstd[r];
+        y[r * D + i] = zhat[r * D + i] * norm.weight[i] + norm.bias[i];
+      }
+    }
+    return {y, zhat, rstd};
+  }
+
+  // residual's backward: dy (rows, D) -> dz, the gradient of z = x + h (both branches
+  // get it): dzhat = dy gamma, dz = rstd (dzhat - mean(dzhat) - zhat mean(dzhat zhat));
+  // dgamma += sum dy zhat, dbeta += sum dy
+  function residualBackward(model, norm, gnorm, t, dy) {
+    const D = model.c.d_model, rows = dy.length / D, dz = new model.Float(rows * D);
+    const dzhat = new Float64Array(D);
+    for (let r = 0; r < rows; r++) {
+      let mean = 0, dot = 0;
+      for (let i = 0; i < D; i++) {
+        const g = dy[r * D + i], zh = t.zhat[r * D + i];
+        dzhat[i] = g * norm.weight[i];
+        mean += dzhat[i];
+        dot += dzhat[i] * zh;
+        gnorm.weight[i] += g * zh;
+        gnorm.bias[i] += g;
+      }
+      mean /= D;
+      dot /= D;
+      for (let i = 0; i < D; i++) {
+        dz[r * D + i] = t.rstd[r] * (dzhat[i] - mean - t.zhat[r * D + i] * dot);
+      }
+    }
+    return dz;
+  }
+
+  // FFN(x) = max(0, x W_1 + b_1) W_2 + b_2 (eq. 2): x (rows, D) -> out (rows, D), the
+  // hidden layer (rows, F) kept for the backward pass
+  function feedForward(model, p, x) {
+    const {d_model: D, d_ff} = model.c, rows = x.length / D;
+    const hidden = new model.Float(rows * d_ff), out = new model.Float(rows * D);
+    linear(x, rows, p.linear1.weight, p.linear1.bias, D, d_ff, hidden);
+    for (let i = 0; i < hidden.length; i++) if (hidden[i] < 0) hidden[i] = 0;
+    linear(hidden, rows, p.linear2.weight, p.linear2.bias, d_ff, D, out);
+    return {x, hidden, out};
+  }
+
+  // feedForward's backward: dout (rows, D) -> dx (rows, D); the ReLU passes the gradient
+  // where its output is positive
+  function feedForwardBackward(model, p, g, t, dout) {
+    const {d_model: D, d_ff} = model.c, rows = dout.length / D;
+    const dhidden = new model.Float(rows * d_ff), dx = new model.Float(rows * D);
+    linearParamGrad(dout, t.hidden, rows, d_ff, D, g.linear2.weight, g.linear2.bias);
+    linearInputGrad(dout, rows, p.linear2.weight, d_ff, D, dhidden, false);
+    for (let i = 0; i < dhidden.length; i++) if (!(t.hidden[i] > 0)) dhidden[i] = 0;
+    linearParamGrad(dhidden, t.x, rows, D, d_ff, g.linear1.weight, g.linear1.bias);
+    linearInputGrad(dhidden, rows, p.linear1.weight, D, d_ff, dx, false);
+    return dx;
+  }
+
+  // EncoderLayer, post-LN (section 3.1): x = LN(x + SelfAttn(x)), x = LN(x + FFN(x));
+  // x (B*S, D), mask (B, S, S)
+  function encoderLayer(model, p, x, dims, mask) {
+    const attn = multiHeadAttention(model, p.self_attn, x, x, dims, mask);
+    const r1 = residual(model, p.attn_residual, x, attn.out);
+    const ff = feedForward(model, p.feed_forward, r1.y);
+    const r2 = residual(model, p.ff_residual, r1.y, ff.out);
+    return {attn, r1, ff, r2, y: r2.y};
+  }
+
+  // encoderLayer's backward: dy (B*S, D) -> dx (B*S, D)
+  function encoderLayerBackward(model, p, g, t, dy) {
+    const dz2 = residualBackward(model, p.ff_residual, g.ff_residual, t.r2, dy);
+    const dx1 = feedForwardBackward(model, p.feed_forward, g.feed_forward, t.ff, dz2);
+    addInto(dx1, dz2);  // the residual path around the FFN
+    const dz1 = residualBackward(model, p.attn_residual, g.attn_residual, t.r1, dx1);
+    const dx = new model.Float(dz1.length);
+    multiHeadAttentionBackward(model, p.self_attn, g.self_attn, t.attn, dz1, dx, dx);
+    addInto(dx, dz1);  // the residual path around the attention
+    return dx;
+  }
+
+  // DecoderLayer, post-LN: y = LN(y + SelfAttn(y, causal)), y = LN(y + CrossAttn(y,
+  // memory)), y = LN(y + FFN(y)); y (B*T, D), memory (B*S, D)
+  function decoderLayer(model, p, y, memory, dims, masks) {
+    const self = multiHeadAttention(model, p.self_attn, y, y, dims.self, masks.self);
+    const r1 = residual(model, p.self_residual, y, self.out);
+    const cross = multiHeadAttention(
+      model, p.cross_attn, r1.y, memory, dims.cross, masks.cross);
+    const r2 = residual(model, p.cross_residual, r1.y, cross.out);
+    const ff = feedForward(model, p.feed_forward, r2.y);
+    const r3 = residual(model, p.ff_residual, r2.y, ff.out);
+    return {self, r1, cross, r2, ff, r3, y: r3.y};
+  }
+
+  // decoderLayer's backward: dy (B*T, D) -> the gradient of its input (B*T, D); the
+  // memory's gradient is added to dmemory (B*S, D)
+  function decoderLayerBackward(model, p, g, t, dy, dmemory) {
+    const dz3 = residualBackward(model, p.ff_residual, g.ff_residual, t.r3, dy);
+    const dx2 = feedForwardBackward(model, p.feed_forward, g.feed_forward, t.ff, dz3);
+    addInto(dx2, dz3);
+    const dz2 = residualBackward(model, p.cross_residual, g.cross_residual, t.r2, dx2);
+    const dx1 = new model.Float(dz2.length);
+    multiHeadAttentionBackward(
+      model, p.cross_attn, g.cross_attn, t.cross, dz2, dx1, dmemory);
+    addInto(dx1, dz2);
+    const dz1 = residualBackward(model, p.self_residual, g.self_residual, t.r1, dx1);
+    const dx = new model.Float(dz1.length);
+    multiHeadAttentionBackward(model, p.self_attn, g.self_attn, t.self, dz1, dx, dx);
+    addInto(dx, dz1);
+    return dx;
+  }
+
+  // ---------------------------------------------------------------- the model
+
+  // Transformer.encode: src (B, S) -> memory (B*S, D), with every layer's tape
+  function encode(model, src, B, S) {
+    const c = model.c, x = new model.Float(B * S * c.d_model);
+    embed(model, src, S, x);
+    const mask = encoderMask(src, B, S);
+    const dims = {B, H: c.n_heads, dh: c.d_head, Tq: S, Tk: S};
+    const layers = [];
+    let h = x;
+    for (const p of model.p.encoder) {
+      layers.push(encoderLayer(model, p, h, dims, mask));
+      h = layers[layers.length - 1].y;
+    }
+    return {src, B, S, layers, memory: h};
+  }
+
+  // Transformer._decode without a cache: tgt_in (B, T) and the memory -> the logits
+  // h E^T (B*T, V), the pre-softmax projection tied to the table (section 3.4)
+  function decode(model, enc, tgtIn, T) {
+    const c = model.c, {B, S} = enc, y = new model.Float(B * T * c.d_model);
+    embed(model, tgtIn, T, y);
+    const masks = {self: causalMask(B, T), cross: crossMask(enc.src, B, S, T)};
+    const dims = {self: {B, H: c.n_heads, dh: c.d_head, Tq: T, Tk: T},
+      cross: {B, H: c.n_heads, dh: c.d_head, Tq: T, Tk: S}};
+    const layers = [];
+    let h = y;
+    for (const p of model.p.decoder) {
+      layers.push(decoderLayer(model, p, h, enc.memory, dims, masks));
+      h = layers[layers.length - 1].y;
+    }
+    const logits = new model.Float(B * T * c.vocab);
+    linear(h, B * T, model.p.embedding, null, c.d_model, c.vocab, logits);
+    return {tgtIn, T, layers, h, logits};
+  }
+
+  // Transformer.forward and the loss, for training: the tape of the whole pass
+  function forward(model, batch, eps = 0.1) {
+    const enc = encode(model, batch.src, batch.B, batch.S);
+    const dec = decode(model, enc, batch.tgtIn, batch.T);
+    const dlogits = new model.Float(dec.logits.length);
+    const loss = labelSmoothedLoss(dec.logits, batch.tgtOut, model.c.vocab, eps, dlogits);
+    return {batch, enc, dec, dlogits, loss};
+  }
+
+  // The backward pass of forward's tape: every parameter's gradient into model.grads
+  // (zeroed first), d loss / d theta
+  function backward(model, tape) {
+    const c = model.c, g = model.g, p = model.p, {enc, dec} = tape;
+    for (const grad of Object.values(model.grads)) grad.fill(0);
+    // the tied projection: dh = dlogits E, dE += dlogits^T h
+    const rowsT = enc.B * dec.T, dh = new model.Float(rowsT * c.d_model);
+    linearParamGrad(tape.dlogits, dec.h, rowsT, c.d_model, c.vocab, g.embedding, null);
+    linearInputGrad(tape.dlogits, rowsT, p.embedding, c.d_model, c.vocab, dh, false);
+    const dmemory = new model.Float(enc.B * enc.S * c.d_model);
+    let dy = dh;
+    for (let l = c.n_layers - 1; l >= 0; l--) {
+      dy = decoderLayerBackward(
+        model, p.decoder[l], g.decoder[l], dec.layers[l], dy, dmemory);
+    }
+    embedBackward(model, dec.tgtIn, dy);
+    let dx = dmemory;
+    for (let l = c.n_layers - 1; l >= 0; l--) {
+      dx = encoderLayerBackward(model, p.encoder[l], g.encoder[l], enc.layers[l], dx);
+    }
+    embedBackward(model, enc.src, dx);
+  }
+
+  // ---------------------------------------------------------------- loss and update
+
+  // training.label_smoothed_loss (F.cross_entropy with label_smoothing=eps and
+  // ignore_index=PAD, reduction mean): over the N non-pad targets,
+  // loss = mean -sum_c q_c log p_c with q = (1 - eps) onehot(target) + eps / V;
+  // dlogits (rows, V) = (p - q) / N, 0 on pad rows. logits (rows, V), target (rows,).
+  function labelSmoothedLoss(logits, target, V, eps, dlogits) {
+    let tokens = 0, total = 0;
+    for (const t of target) if (t !== PAD_ID) tokens += 1;
+    const p = new Float64Array(V);
+    for (let r = 0; r < target.length; r++) {
+      if (target[r] === PAD_ID) continue;
+      let max = -Infinity, sum = 0, sumLogits = 0;
+      for (let k = 0; k < V; k++) max = Math.max(max, logits[r * V + k]);
+      for (let k = 0; k < V; k++) {
+        sum += (p[k] = Math.exp(logits[r * V + k] - max));
+        sumLogits += logits[r * V + k];
+      }
+      const lse = max + Math.log(sum);
+      // -sum_c q_c log p_c = (1 - eps) (lse - z_target) + (eps / V) (V lse - sum_c z_c)
+      total += (1 - eps) * (lse - logits[r * V + target[r]])
+        + (eps / V) * (V * lse - sumLogits);
+      if (!dlogits) continue;
+      for (let k = 0; k < V; k++) {
+        const q = eps / V + (k === target[r] ? 1 - eps : 0);
+        dlogits[r * V + k] = (p[k] / sum - q) / tokens;
+      }
+    }
+    return total / tokens;
+  }
+
+  // H(q), the entropy of the smoothed target: no model's loss is lower (chapter 11)
+  function smoothingFloor(V, eps) {
+    const hit = 1 - eps + eps / V, other = eps / V;
+    return -(hit * Math.log(hit)) - (other > 0 ? (V - 1) * other * Math.log(other) : 0);
+  }
+
+  // nn.utils.get_total_norm and clip_grads_with_norm_: ||g|| over every gradient, then
+  // g *= min(1, max_norm / (||g|| + 1e-6)); returns ||g|| (not finite: left as it is)
+  function clipGradients(model, maxNorm) {
+    const r = model.round;
+    let squares = 0;
+    for (const grad of Object.values(model.grads)) {
+      for (let i = 0; i < grad.length; i++) squares += grad[i] * grad[i];
+    }
+    const norm = r(Math.sqrt(squares));
+    if (!(maxNorm > 0) || !Number.isFinite(norm)) return norm;
+    const coefficient = r(maxNorm / r(norm + 1e-6));
+    if (coefficient < 1) {
+      for (const grad of Object.values(model.grads)) {
+        for (let i = 0; i < grad.length; i++) grad[i] *= coefficient;
+      }
+    }
+    return norm;
+  }
+
+  // training.noam_lr: factor d_model^-0.5 min(step^-0.5, step warmup^-1.5), step from 1
+  function noamLr(step, d_model, warmup, factor = 1) {
+    return factor * d_model ** -0.5 * Math.min(step ** -0.5, step * warmup ** -1.5);
+  }
+
+  // Adam(0.9, 0.98, 1e-9) as PyTorch's fused CPU kernel steps it (make_optimizer's
+  // fused=True), at rate lr: m <- m + (1 - b1)(g - m), v <- b2 v + (1 - b2) g^2,
+  // theta <- theta - (lr / (1 - b1^t)) m / (sqrt(v) / sqrt(1 - b2^t) + eps); in float32
+  // mode each product rounded as the kernel rounds it.
+  function adamUpdate(model, lr) {
+    const r = model.round, t = (model.adamSteps += 1);
+    const stepSize = r(lr / (1 - BETA1 ** t)), root2 = r(Math.sqrt(1 - BETA2 ** t));
+    const c1 = r(1 - BETA1), c2 = r(1 - BETA2), b2 = r(BETA2), eps = r(ADAM_EPS);
+    for (const [name, theta] of Object.entries(model.params)) {
+      const g = model.grads[name], m = model.m[name], v = model.v[name];
+      for (let i = 0; i < theta.length; i++) {
+        m[i] = m[i] + c1 * (g[i] - m[i]);
+        v[i] = r(v[i] * b2) + r(r(c2 * g[i]) * g[i]);
+        const denominator = r(r(Math.sqrt(v[i])) / root2) + eps;
+        theta[i] = theta[i] - r(r(stepSize * m[i]) / r(denominator));
+      }
+    }
+  }
+
+  // training.train_step: forward, the loss, backward, clip to settings.clip (1.0), Adam
+  // at the Noam rate of this step; a gradient that is not finite skips the update (the
+  // schedule still advances). settings: labelSmoothing (0.1), clip, warmup (100), factor
+  // (1). Returns the loss, of the weights before the update.
+  function trainStep(model, batch, settings = {}) {
+    const eps = settings.labelSmoothing ?? 0.1;
+    const tape = forward(model, batch, eps);
+    backward(model, tape);
+    const norm = clipGradients(model, settings.clip ?? 1.0);
+    const lr = noamLr(model.schedulerSteps + 1, model.c.d_model, settings.warmup || 100,
+      settings.factor ?? 1);
+    if (Number.isFinite(norm)) adamUpdate(model, lr);
+    model.schedulerSteps += 1;
+    return tape.loss;
+  }
+
+  // ---------------------------------------------------------------- evaluation
+
+  // The loss and the exact-match rate of a batch, teacher-forced as chapter 11 counts
+  // it: a sentence is right when the argmax is the target at every non-pad position
+  function evaluate(model, batch, eps = 0.1) {
+    const enc = encode(model, batch.src, batch.B, batch.S);
+    const dec = decode(model, enc, batch.tgtIn, batch.T);
+    const V = model.c.vocab;
+    const loss = labelSmoothedLoss(dec.logits, batch.tgtOut, V, eps, null);
+    let exact = 0;
+    for (let b = 0; b < batch.B; b++) {
+      let right = true;
+      for (let t = 0; t < batch.T && right; t++) {
+        const row = b * batch.T + t, target = batch.tgtOut[row];
+        if (target !== PAD_ID) right = argmax(dec.logits, row * V, V) === target;
+      }
+      exact += right;
+    }
+    return {loss, exactMatch: exact / batch.B};
+  }
+
+  function argmax(values, start, n) {
+    let best = 0;
+    for (let k = 1; k < n; k++) if (values[start + k] > values[start + best]) best = k;
+    return best;
+  }
+
+  // Greedy decoding of one source (ids), at most `limit` tokens or to EOS; returns the
+  // output ids and the cross-attention that chose them: cross[l][h] (T_out, S) as flat
+  // arrays, row t = the query that produced output t
+  function greedy(model, ids, limit = ids.length + 3) {
+    const S = ids.length, enc = encode(model, Int32Array.from(ids), 1, S);
+    const output = [], V = model.c.vocab;
+    limit = Math.min(limit, model.c.max_len);
+    let dec = null;
+    while (output.length < limit && output[output.length - 1] !== EOS_ID) {
+      const tgtIn = Int32Array.from([BOS_ID, ...output]);
+      dec = decode(model, enc, tgtIn, tgtIn.length);
+      output.push(argmax(dec.logits, (tgtIn.length - 1) * V, V));
+    }
+    const cross = dec.layers.map(layer => Array.from({length: model.c.n_heads},
+      (_, h) => Array.from(layer.cross.P.subarray(h * dec.T * S, (h + 1) * dec.T * S))));
+    return {output, cross};
+  }
+
+  // ---------------------------------------------------------------- the session
+
+  // The training run behind the page, driven by messages (a Worker's, or direct calls
+  // where no worker can start). In: init {options}, start, pause, settings {factor,
+  // labelSmoothing, warmup}, watch {typed, example}, run {steps} (headless). Out:
+  // ready, progress {step, losses, stepsPerSecond, validation, view}, result.
+  function createSession(post) {
+    const state = {model: null, running: false, ticket: 0, typed: [], example: 0};
+    const handlers = {
+      init: message => initRun(state, message.options || {}, post),
+      start: () => {
+        if (state.running || !state.model) return;
+        state.running = true;
+        state.ticket += 1;
+        state.mark = {time: now(), step: state.step};
+        loop(state, post, state.ticket);
+      },
+      pause: () => {
+        state.running = false;
+        post(progress(state, [], true));
+      },
+      settings: message => Object.assign(state.settings, message.settings),
+      watch: message => {
+        state.typed = message.typed ?? state.typed;
+        state.example = message.example ?? state.example;
+        if (!state.running && state.model) post({type: "view", view: view(state)});
+      },
+      run: message => runHeadless(state, message, post),
+    };
+    return {handle: message => handlers[message.type](message), state};
+  }
+
+  // a new model, stream and held-out set for the options
+  function initRun(state, options, post) {
+    state.running = false;
+    state.ticket += 1;
+    const seed = (options.seed ?? 0) >>> 0;
+    state.options = options;
+    state.settings = {labelSmoothing: options.labelSmoothing ?? 0.1,
+      warmup: options.warmup || 100, factor: options.factor ?? 1,
+      clip: options.clip ?? 1};
+    state.model = createModel({...options, seed});
+    state.stream = reversalBatches(seed, options.batchSize || 64);
+    // held-out sentences: another stream of the same generator
+    const heldOut = reversalPairs(mulberry32(seed ^ 0x5eed5eed), options.heldOut || 200);
+    state.heldOut = collate(heldOut);
+    state.examples = heldOut.slice(0, 8).map(([s]) => s);
+    Object.assign(state, {step: 0, seconds: 0, lastEval: -Infinity, lastView: -Infinity});
+    post({type: "ready", config: state.model.c,
+      examples: state.examples, parameters: Object.values(state.model.params)
+        .reduce((n, w) => n + w.length, 0)});
+    post(progress(state, [], true));
+  }
+
+  // train for about 60 ms, report, and go on unless paused or reset
+  function loop(state, post, ticket) {
+    if (!state.running || ticket !== state.ticket) return;
+    const start = now(), losses = [];
+    while (now() - start < 60) {
+      losses.push(trainStep(state.model, state.stream.next().value, state.settings));
+      state.step += 1;
+    }
+    state.seconds += (now() - start) / 1000;
+    // the held-out set every 2 s and the watched sequences 4 times a second: a small
+    // share of the time, even for the chapter's model
+    const time = now(), validate = time - state.lastEval > 2000;
+    post(progress(state, losses, validate, time - state.lastView > 250));
+    soon(() => loop(state, post, ticket));
+  }
+
+  // run fn after the messages waiting now (a paused run must see its pause)
+  function soon(fn) {
+    if (typeof MessageChannel === "undefined") return void setTimeout(fn, 0);
+    const channel = new MessageChannel();
+    channel.port1.onmessage = () => { channel.port1.close(); fn(); };
+    channel.port2.postMessage(null);
+  }
+
+  // what the page shows: losses since the last report, the speed, the held-out loss
+  // and exact match (when `validate`) and the watched sequences (when `show`)
+  function progress(state, losses, validate, show = validate) {
+    const time = now(), mark = state.mark || {time, step: state.step};
+    let speed = (state.step - mark.step) / Math.max(1e-3, (time - mark.time) / 1000);
+    if (time - mark.time > 3000) state.mark = {time, step: state.step};
+    if (!state.running) speed = 0;
+    let validation = null;
+    if (validate) {
+      state.lastEval = time;
+      validation = {step: state.step,
+        ...evaluate(state.model, state.heldOut, state.settings.labelSmoothing)};
+    }
+    if (show) state.lastView = time;
+    return {type: "progress", step: state.step, seconds: state.seconds, losses,
+      stepsPerSecond: speed, validation, view: show ? view(state) : null,
+      running: state.running};
+  }
+
+  // the typed sequence's output, and the chosen example's (0 = the typed one, k = the
+  // held-out example k) output with its cross-attention
+  function view(state) {
+    const typed = state.typed.filter(id => id >= FIRST && id < FIRST + N_SYMBOLS)
+      .slice(0, state.model.c.max_len - 1);
+    const typedOut = typed.length ? greedy(state.model, typed).output : [];
+    const source = state.example > 0 ? state.examples[state.example - 1] : typed;
+    if (!source || !source.length) return {typed, typedOut, example: null};
+    const decoded = greedy(state.model, source);
+    return {typed, typedOut, example: {source, output: decoded.output,
+      expected: [...source].reverse().concat([EOS_ID]), cross: decoded.cross}};
+  }
+
+  // trainReversal's run: message.steps steps as fast as they go, then the held-out
+  // exact match; reports {steps, seconds, losses, exactMatch, ...} once
+  function runHeadless(state, message, post) {
+    const options = message.options || {};
+    initRun(state, options, () => {});
+    const losses = [], steps = message.steps || 100, start = now();
+    const step = () => {
+      const until = now() + 100;
+      while (losses.length < steps && now() < until) {
+        losses.push(trainStep(state.model, state.stream.next().value, state.settings));
+      }
+      if (losses.length < steps) return void soon(step);
+      const seconds = (now() - start) / 1000;
+      const held = evaluate(state.model, state.heldOut, state.settings.labelSmoothing);
+      post({type: "result", steps, seconds, losses, exactMatch: held.exactMatch,
+        validationLoss: held.loss, stepsPerSecond: steps / seconds,
+        worker: typeof WorkerGlobalScope !== "undefined", float64: !!options.float64,
+        config: state.model.c});
+    };
+    step();
+  }
+
+  // ---------------------------------------------------------------- the interface
+
+  const api = {
+    PAD_ID, BOS_ID, EOS_ID, FIRST, N_SYMBOLS, mulberry32, below, reversalPairs, collate,
+    reversalBatches, modelConfig, parameterShapes, createModel, forward, backward,
+    labelSmoothedLoss, smoothingFloor, clipGradients, noamLr, adamUpdate, trainStep,
+    evaluate, greedy, createSession,
+    // this script as a worker's source: the page builds its Worker from a Blob of it
+    workerSource: () => `(${String(transformerTrainerModule)})(self);\n`,
+  };
+  scope.transformerTrainer = api;
+  if (typeof WorkerGlobalScope !== "undefined" && scope instanceof WorkerGlobalScope) {
+    const session = createSession(message => scope.postMessage(message));
+    scope.onmessage = event => {
+      try {
+        session.handle(event.data);
+      } catch (error) {
+        scope.postMessage({type: "error", message: error.message});
+      }
+    };
+  }
+  return api;
+}
+
+if (typeof window !== "undefined" && !window.transformerTrainer) {
+  transformerTrainerModule(window);
+}

@@ -1,0 +1,311 @@
+"""Chapter 11's reversal Transformer trained in the page (src/transformer/static/trainer.js and
+trainer_page.js) in headless Chromium, held to the package: the hand-written backward pass gives
+PyTorch autograd's gradients, a run gives `train_step`'s losses, and the page's batches are
+transformer.reversal's.
+
+How it works
+- A standalone page in a temporary folder loads trainer.css, trainer.js and trainer_page.js and
+  holds one widget. It is opened from disk (file://) through test_browser.Visit: any request but
+  file:, data: and about: is blocked and recorded, and so are console errors and uncaught
+  exceptions; each test checks that record as it ends. One page serves the module.
+- Weights go from a PyTorch `Transformer` (the package's config and init) to the page as lists
+  of numbers, by their named_parameters() names; the page builds its model from them in
+  float32 (Float32Array) or float64 (Float64Array).
+- Gradients: one batch with padding, every parameter's gradient from trainer.js's backward pass
+  against autograd's of the label-smoothed loss, within 1e-5 in float32 and 1e-9 in float64.
+  In float64 PyTorch runs in float64 throughout: the positional table is rebuilt in float64
+  (`.double()` only widens the float32 one) and the loss is F.cross_entropy on the float64
+  logits (`label_smoothed_loss` casts them to float32; in float32 both are the same call).
+- Training: 50 steps of `train_step` (label smoothing, clipping, fused Adam, the Noam schedule)
+  against trainer.js's `trainStep` on the stream's batches, losses within 1e-4. Float32 runs
+  are chaotic in the end: a ReLU input that falls within rounding of 0 sends one row's gradient
+  one way in PyTorch and the other in the page, and Adam turns that into a step of the learning
+  rate's size. This configuration and seed are clear of that for 50 steps (the float32 and
+  float64 runs of PyTorch agree within 1e-6 here); the float64 comparison is not exposed to it.
+- The widget trains in a Web Worker built from a Blob of trainer.js's source, from file:// and
+  from http (a server on 127.0.0.1, started by the test).
+"""
+
+import functools
+import http.server
+import json
+import math
+import shutil
+import threading
+from pathlib import Path
+
+import pytest
+import test_browser
+import torch
+import torch.nn.functional as F
+
+from transformer.batching import Batch
+from transformer.embeddings import sinusoidal_positional_encoding
+from transformer.model import Transformer, TransformerConfig
+from transformer.reversal import MAX_LENGTH, MIN_LENGTH, Mulberry32, reversal_batches
+from transformer.tokenizer import EOS_ID, PAD_ID
+from transformer.training import label_smoothed_loss, make_optimizer, train_step
+
+ROOT = Path(__file__).resolve().parents[1]
+STATIC = ROOT / "src" / "transformer" / "static"
+FILES = ("trainer.js", "trainer_page.js", "trainer.css")
+PAGE = "trainer"
+VOCAB, MAX_LEN = 20, 16  # the reversal task's ids 0..19; 10 symbols and BOS fit in 16
+CHAPTER = dict(d_model=64, n_heads=4, d_ff=128, n_layers=2)  # chapter 11's reversal model
+SMALL = dict(d_model=16, n_heads=2, d_ff=32, n_layers=2)  # for runs of many steps
+# a widget that learns fast enough for a test
+WIDGET_OPTIONS = '{"d_model": 16, "n_heads": 2, "batchSize": 16, "heldOut": 50}'
+
+
+def build_site(root: Path) -> Path:
+    for name in FILES:
+        shutil.copyfile(STATIC / name, root / name)
+    (root / f"{PAGE}.html").write_text(
+        '<!doctype html><html lang="en"><head><meta charset="utf-8"><title>trainer</title>'
+        '<link rel="stylesheet" href="trainer.css"></head><body>'
+        f"<div class=\"reversal-trainer\" data-options='{WIDGET_OPTIONS}'></div>"
+        '<script src="trainer.js"></script><script src="trainer_page.js"></script>'
+        "</body></html>"
+    )
+    return root
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    return build_site(tmp_path_factory.mktemp("trainer"))
+
+
+@pytest.fixture(scope="module")
+def visit(browser, site):
+    visit = test_browser.Visit(browser, site, PAGE)
+    yield visit
+    visit.close()
+
+
+@pytest.fixture
+def page(visit):
+    """The module's page, with no request off the machine and no JavaScript error by the end of
+    the test."""
+    yield visit.page
+    assert not visit.blocked, f"requests that would leave the machine: {visit.blocked}"
+    assert not visit.errors, "JavaScript errors:\n" + "\n".join(visit.errors)
+
+
+def torch_model(sizes: dict, seed: int, dtype: torch.dtype) -> Transformer:
+    """The package's reversal model, initialised by its own init from `seed`, in `dtype`."""
+    torch.manual_seed(seed)
+    config = TransformerConfig(VOCAB, VOCAB, dropout=0.0, max_len=MAX_LEN, **sizes)
+    model = Transformer(config).to(dtype)
+    # the float64 table, not the float32 one widened (src_embed is tgt_embed: one table)
+    pe = sinusoidal_positional_encoding(MAX_LEN, config.d_model, dtype)
+    model.src_embed.position.pe = pe
+    return model
+
+
+def weights_of(model: Transformer) -> dict[str, list[float]]:
+    return {name: p.detach().flatten().tolist() for name, p in model.named_parameters()}
+
+
+def batch_json(batch: Batch) -> dict:
+    (B, S), T = batch.src.shape, batch.tgt_in.size(1)
+    lists = {
+        name: getattr(batch, key).flatten().tolist()
+        for name, key in (("src", "src"), ("tgtIn", "tgt_in"), ("tgtOut", "tgt_out"))
+    }
+    return {"B": B, "S": S, "T": T, **lists}
+
+
+def max_difference(values: list[float], tensor: torch.Tensor) -> float:
+    return (
+        (torch.tensor(values, dtype=torch.float64) - tensor.double().flatten()).abs().max().item()
+    )
+
+
+# numbers travel as JSON text: Playwright's own encoding of 100,000 numbers takes seconds
+GRADIENTS = """([sizes, weights, batch, float64]) => {
+  const T = window.transformerTrainer;
+  const model = T.createModel({...sizes, max_len: 16, weights: JSON.parse(weights), float64});
+  const b = {B: batch.B, S: batch.S, T: batch.T, src: Int32Array.from(batch.src),
+    tgtIn: Int32Array.from(batch.tgtIn), tgtOut: Int32Array.from(batch.tgtOut)};
+  const tape = T.forward(model, b, 0.1);
+  T.backward(model, tape);
+  const grads = {};
+  for (const [name, g] of Object.entries(model.grads)) grads[name] = Array.from(g);
+  const type = model.params[Object.keys(grads)[0]].constructor.name;
+  return JSON.stringify({loss: tape.loss, grads, type});
+}"""
+
+
+@pytest.mark.parametrize(
+    "dtype, tolerance", [(torch.float32, 1e-5), (torch.float64, 1e-9)], ids=["f32", "f64"]
+)
+def test_gradients_match_autograd(page, dtype, tolerance):
+    model = torch_model(CHAPTER, seed=0, dtype=dtype)
+    batch = next(reversal_batches(5, 8))
+    assert (batch.src == PAD_ID).any() and (batch.tgt_out == PAD_ID).any(), "no padding to mask"
+    logits = model(batch.src, batch.tgt_in)
+    if dtype == torch.float32:
+        loss = label_smoothed_loss(logits, batch.tgt_out, 0.1)
+    else:  # the same loss without label_smoothed_loss's cast to float32
+        loss = F.cross_entropy(
+            logits.flatten(0, -2),
+            batch.tgt_out.flatten(),
+            ignore_index=PAD_ID,
+            label_smoothing=0.1,
+        )
+    loss.backward()
+    expected = {name: p.grad for name, p in model.named_parameters()}
+
+    weights = json.dumps(weights_of(model))
+    got = json.loads(
+        page.evaluate(GRADIENTS, [CHAPTER, weights, batch_json(batch), dtype == torch.float64])
+    )
+    assert got["type"] == ("Float64Array" if dtype == torch.float64 else "Float32Array")
+    assert sorted(got["grads"]) == sorted(expected)  # every parameter, by the package's names
+    assert abs(got["loss"] - loss.item()) < tolerance
+    differences = {name: max_difference(got["grads"][name], g) for name, g in expected.items()}
+    worst = max(differences, key=differences.get)
+    assert differences[worst] < tolerance, f"{worst}: {differences[worst]:.3g}"
+    # not a vacuous check: the gradients are far from 0
+    assert max(g.abs().max().item() for g in expected.values()) > 1e-2
+
+
+LOSSES = """([sizes, weights, seed, batchSize, steps, float64]) => {
+  const T = window.transformerTrainer;
+  const model = T.createModel({...sizes, max_len: 16, weights: JSON.parse(weights), float64});
+  const stream = T.reversalBatches(seed, batchSize);
+  return Array.from({length: steps},
+    () => T.trainStep(model, stream.next().value, {warmup: 100}));
+}"""
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["f32", "f64"])
+def test_training_losses_match_train_step(page, dtype):
+    seed, batch_size, steps = 2, 16, 50
+    model = torch_model(SMALL, seed=2, dtype=dtype)
+    weights = json.dumps(weights_of(model))
+    optimizer, scheduler = make_optimizer(model, SMALL["d_model"], warmup=100)
+    batches = reversal_batches(seed, batch_size)
+    expected = [train_step(model, next(batches), optimizer, scheduler).item() for _ in range(steps)]
+
+    got = page.evaluate(LOSSES, [SMALL, weights, seed, batch_size, steps, dtype == torch.float64])
+    differences = [abs(a - b) for a, b in zip(got, expected, strict=True)]
+    worst = max(range(steps), key=differences.__getitem__)
+    assert differences[worst] < 1e-4, (
+        f"step {worst + 1}: page {got[worst]:.7f}, train_step {expected[worst]:.7f}"
+    )
+    assert expected[-1] < expected[0] - 0.5  # it trained: the comparison covers real updates
+
+
+STREAM = """([seed, batchSize, n]) => {
+  const stream = window.transformerTrainer.reversalBatches(seed, batchSize);
+  return Array.from({length: n}, () => {
+    const b = stream.next().value;
+    return {B: b.B, S: b.S, T: b.T, src: Array.from(b.src), tgtIn: Array.from(b.tgtIn),
+      tgtOut: Array.from(b.tgtOut)};
+  });
+}"""
+
+
+@pytest.mark.parametrize("seed, batch_size", [(0, 64), (1, 1), (123456789, 7), (2**32 - 1, 5)])
+def test_streams_agree(page, seed, batch_size):
+    python = reversal_batches(seed, batch_size)
+    expected = [batch_json(next(python)) for _ in range(3)]
+    assert page.evaluate(STREAM, [seed, batch_size, 3]) == expected
+
+
+def test_stream_draws_the_task():
+    """The Python side alone: lengths 4..10, symbols 4..19, the target the reverse, all values
+    seen, and a seed's stream repeatable and unlike another seed's."""
+    batch = next(reversal_batches(3, 2000))
+    lengths = (batch.src != PAD_ID).sum(1)
+    assert set(lengths.tolist()) == set(range(MIN_LENGTH, MAX_LENGTH + 1))
+    assert set(batch.src[batch.src != PAD_ID].tolist()) == set(range(4, 20))
+    for src, tgt_out, n in zip(batch.src[:50], batch.tgt_out[:50], lengths[:50], strict=True):
+        assert tgt_out[:n].tolist() == src[:n].flip(0).tolist() and tgt_out[n] == EOS_ID
+    assert torch.equal(next(reversal_batches(3, 2000)).src, batch.src)
+    assert not torch.equal(next(reversal_batches(4, 2000)).src[:10], batch.src[:10])
+    rng = Mulberry32(-1)  # seeds are taken mod 2**32, as JavaScript's `>>> 0` takes them
+    assert rng.state == 2**32 - 1 and 0 <= rng.below(7) < 7
+
+
+RUN = "options => window.trainReversal(options)"
+RUN_OPTIONS = dict(seed=1, batchSize=32, d_model=32, n_heads=2, n_layers=1, heldOut=64)
+
+
+def test_train_reversal_runs_in_a_worker(page):
+    result = page.evaluate(RUN, {**RUN_OPTIONS, "steps": 80})
+    assert result["worker"] is True
+    losses = result["losses"]
+    assert result["steps"] == len(losses) == 80 and result["seconds"] > 0
+    first, last = sum(losses[:10]) / 10, sum(losses[-10:]) / 10
+    assert first > math.log(VOCAB) - 0.5 and last < first - 0.8, (first, last)
+    assert 0 <= result["exactMatch"] <= 1
+    # the same code on the page's own thread: the same numbers, to the last bit
+    here = page.evaluate(RUN, {**RUN_OPTIONS, "steps": 10, "worker": False})
+    assert here["worker"] is False and here["losses"] == losses[:10]
+
+
+SCREEN_SHOWS = """() => {
+  const root = document.querySelector(".reversal-trainer");
+  const canvas = root.querySelector("canvas.rt-heatmap");
+  const pixels = canvas.getContext("2d").getImageData(0, 0, canvas.width, canvas.height).data;
+  let inked = 0;
+  for (let i = 0; i < pixels.length; i += 4) inked += pixels[i + 3] > 0 && pixels[i] < 200;
+  return {inked, stats: root.querySelector(".rt-stats").textContent,
+    output: root.querySelector(".rt-output").textContent, heads: root.querySelectorAll(
+      "select[name=head] option").length, state: root.dataset.state};
+}"""
+
+
+def test_widget_trains_and_shows(page):
+    root = ".reversal-trainer"
+    page.wait_for_selector(f"{root}[data-state=ready]")
+    page.click(f"{root} button[name=start]")
+    page.wait_for_function(
+        "() => Number(document.querySelector('.reversal-trainer').dataset.step) >= 30",
+        timeout=30_000,
+    )
+    page.fill(f"{root} input[name=typed]", "abc dz!")
+    page.select_option(f"{root} select[name=example]", "1")  # held-out example 1
+    page.select_option(f"{root} select[name=head]", "1")  # the second head
+    page.wait_for_function(
+        "() => document.querySelector('.reversal-trainer .rt-output').textContent"
+        ".startsWith('a b c d →')"
+    )
+    page.click(f"{root} button[name=start]")  # pause
+    shown = page.evaluate(SCREEN_SHOWS)
+    assert shown["state"] == "paused" and shown["heads"] == 2
+    assert "steps/s" in shown["stats"] and "exact match" in shown["stats"]
+    assert "left out: z !" in shown["output"]
+    assert shown["inked"] > 100  # the heatmap is drawn
+
+
+def test_works_over_http(browser, site):
+    """The same page served over http (not a secure context off localhost, but the worker
+    comes from a Blob either way); nothing is asked of another host."""
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(site))
+    handler.log_message = lambda *args: None
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    context = browser.new_context()
+    elsewhere = []
+
+    def route(request_route):
+        url = request_route.request.url
+        if url.startswith(f"http://127.0.0.1:{server.server_port}/") or url.startswith("blob:"):
+            request_route.continue_()
+        else:
+            elsewhere.append(url)
+            request_route.abort()
+
+    try:
+        context.route("**/*", route)
+        page = context.new_page()
+        page.goto(f"http://127.0.0.1:{server.server_port}/{PAGE}.html")
+        result = page.evaluate(RUN, {**RUN_OPTIONS, "steps": 5})
+    finally:
+        context.close()
+        server.shutdown()
+    assert result["worker"] is True and len(result["losses"]) == 5
+    assert not elsewhere
