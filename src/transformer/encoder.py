@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from torch import Tensor, nn
 
 from .feed_forward import FeedForward
+from .masks import check_int
 from .multihead import MultiHeadAttention
 from .normalization import LayerNorm, Residual
 
@@ -46,9 +47,7 @@ class StackConfig:
 
     def __post_init__(self):
         for name in self.positive_ints:
-            value = getattr(self, name)
-            if type(value) is not int or value < 1:  # an int, not a bool
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+            check_int(getattr(self, name), name)
         for name in ("attention_dropout", "activation_dropout"):
             if getattr(self, name) is None:
                 setattr(self, name, self.dropout)

@@ -4,6 +4,7 @@
 __all__ = [
     "padding_mask",
     "causal_mask",
+    "check_int",
     "cross_mask",
     "encoder_mask",
     "decoder_mask",
@@ -48,12 +49,19 @@ def _check_ids(ids: Tensor) -> None:
         )
 
 
+def check_int(value, what: str, positive: bool = True) -> int:
+    """`value` if it is an int (not a bool) above 0, or from 0 with positive=False; else a
+    ValueError naming `what`. The book's one check of a count or a size."""
+    if type(value) is not int or value < (1 if positive else 0):
+        kind = "positive" if positive else "non-negative"
+        raise ValueError(f"{what} must be a {kind} integer, got {value!r}")
+    return value
+
+
 def _check_causal(size: int, start: int) -> None:
     """What causal_mask takes: a positive int size and a non-negative int start."""
-    if type(size) is not int or size < 1:  # an int, not a bool
-        raise ValueError(f"causal_mask needs a positive integer size, got {size!r}")
-    if type(start) is not int or start < 0:
-        raise ValueError(f"causal_mask needs a non-negative integer start, got {start!r}")
+    check_int(size, "causal_mask's size")
+    check_int(start, "causal_mask's start", positive=False)
 
 
 # %% ../../notebooks/04_masking.ipynb #42b740e1
