@@ -16,7 +16,7 @@ __all__ = [
     "TokenBatchSampler",
 ]
 
-# %% ../../notebooks/11_training.ipynb #2397c570
+# %% ../../notebooks/11_training.ipynb #9681d9f0
 import random
 import warnings
 from collections.abc import Iterator, Sequence
@@ -28,6 +28,7 @@ from torch import Tensor
 from .data import load_multi30k
 from .tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer, multi30k_tokenizer
 
+# %% ../../notebooks/11_training.ipynb #2397c570
 Pair = tuple[list[int], list[int]]  # (source ids, target ids), without BOS or EOS
 
 
@@ -126,7 +127,7 @@ def collate(
     )
 
 
-# %% ../../notebooks/11_training.ipynb #856e91c6
+# %% ../../notebooks/11_training.ipynb #bb7c062c
 class EpochCursor:
     """Serves a source's batches epoch after epoch. Every epoch's order is a function of
     (seed, epoch), so (epoch, position) is the whole state. Subclasses define
@@ -164,7 +165,6 @@ def check_rank(rank: int, world_size: int) -> None:
         raise ValueError(f"rank must be in [0, world_size={world_size}), got {rank}")
 
 
-# %% ../../notebooks/11_training.ipynb #f254f592
 def cut_by_budget(indices: list[int], lengths: Sequence[int], token_budget: int) -> list[list[int]]:
     """Cut `indices` into consecutive batches, each within the budget once padded: a
     batch's size times its longest example is at most `token_budget`."""
@@ -189,7 +189,6 @@ def share_evenly(batches: list[list[int]], world_size: int) -> list[list[int]]:
     return batches
 
 
-# %% ../../notebooks/11_training.ipynb #bb7c062c
 class TokenBatchSampler(EpochCursor):
     """Batches of example indices, grouped by length, each within `token_budget` padded
     positions. An epoch, seeded by (seed, epoch): shuffle, sort each pool of `pool_size`

@@ -69,6 +69,7 @@ def length_limits(model: Transformer, src: Tensor, max_len: int | None = None) -
     return torch.full((src.size(0),), max_len, device=src.device)
 
 
+# %% ../../notebooks/12_decoding.ipynb #4ba659f3
 def _check_inputs(model: Transformer, src: Tensor, bos_id: int, eos_id: int | None) -> Tensor:
     """src on the model's device, checked once to be what decoding needs."""
     c = model.config

@@ -14,16 +14,6 @@ from .tokenizer import EOS_ID
 from .variants import CausalLM, is_positive_int
 
 
-def _check_sampling(temperature: float, top_k: int | None) -> None:
-    if not temperature > 0:  # also catches NaN
-        raise ValueError(
-            f"temperature must be positive, got {temperature}; for the most likely "
-            "token use greedy decoding (sample=False)"
-        )
-    if top_k is not None and not is_positive_int(top_k):
-        raise ValueError(f"top_k must be a positive integer or None (no cut), got {top_k!r}")
-
-
 def sample_token(
     logits: Tensor,
     temperature: float = 1.0,
@@ -41,6 +31,16 @@ def sample_token(
 
 
 # %% ../../notebooks/15_beyond.ipynb #a11949ed
+def _check_sampling(temperature: float, top_k: int | None) -> None:
+    if not temperature > 0:  # also catches NaN
+        raise ValueError(
+            f"temperature must be positive, got {temperature}; for the most likely "
+            "token use greedy decoding (sample=False)"
+        )
+    if top_k is not None and not is_positive_int(top_k):
+        raise ValueError(f"top_k must be a positive integer or None (no cut), got {top_k!r}")
+
+
 def check_prompt(model: CausalLM, prompt: Tensor, max_new_tokens: int) -> None:
     """A clear error unless the prompt holds ids of the model, without padding, with
     room for max_new_tokens more. The ids are read here, once; generate then feeds back
