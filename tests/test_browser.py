@@ -18,7 +18,10 @@ How it works
   left the machine; no JavaScript error (console errors and uncaught exceptions); no tool
   marker (`#| export`, `# NBVAL_...`) shows on the page; no display math or code output is
   wider than its box without a scrollbar, and no printed output or shown code needs a sideways scroll at
-  1280 px; the page is at most MAX_PAGE_HEIGHT (25,000 px) tall.
+  1280 px; no table is wider than the text column; a main-line page (outside the _toc.yml
+  parts captioned Appendix) is at most 20,000 px tall and an appendix 25,000; the main line
+  without the back matter's reference pages, 240,000 in all; the translator chapter is at most 10,000 px, with its box above 900 px, and
+  the landing page's box starts above 1,000 px.
 - The search page, `search.html?q=attention`, must list at least one hit, each linking to a
   built page.
 - Every chapter page carries launch buttons that open that very notebook on Colab and on Binder
@@ -61,6 +64,14 @@ def toc_pages() -> list[str]:
     for part in toc.get("parts", [{"chapters": toc.get("chapters")}]):
         walk(part.get("chapters"))
     return [str(Path(page).with_suffix("")) for page in pages]
+
+
+def appendix_pages() -> set[str]:
+    """The files of the _toc.yml parts whose caption says Appendix; every other page is the
+    main line."""
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    parts = [p for p in toc["parts"] if "Appendix" in p["caption"]]
+    return {str(Path(c["file"]).with_suffix("")) for p in parts for c in p["chapters"]}
 
 
 def launch_urls(notebook: str) -> list[str]:
@@ -125,7 +136,11 @@ WAIT_FOR_IMAGES = """async () => {
   return images.map((img) => ({src: img.getAttribute("src"), width: img.naturalWidth}));
 }"""
 
-MAX_PAGE_HEIGHT = 25_000  # px at 1280 px wide: beyond this a chapter holds two subjects
+# px at 1280 px wide (BOOK.md): a main-line page teaches one idea, an appendix holds more
+MAX_MAIN_LINE_HEIGHT, MAX_APPENDIX_HEIGHT, MAX_MAIN_LINE_TOTAL = 20_000, 25_000, 240_000
+# the pages that show the translator box, its tallest page, and how far down the box may start
+TRANSLATOR_PAGES = {"book/intro": (None, 1_000), "notebooks/14_translator": (10_000, 900)}
+HEIGHTS: dict[str, int] = {}  # page -> height, as test_page_renders_offline measured it
 
 PAGE_STATE = """() => {
   const maths = Array.from(document.querySelectorAll("span.math, div.math"));
@@ -137,6 +152,15 @@ PAGE_STATE = """() => {
     texErrors: document.querySelectorAll('mjx-container [data-mml-node="merror"]').length,
     // connections a browser may open without a request that interception would see
     height: document.documentElement.scrollHeight,
+    translatorTop: (() => {
+      const box = document.querySelector(".transformer-translator");
+      return box ? Math.round(box.getBoundingClientRect().top + window.scrollY) : null;
+    })(),
+    // tables wider than the text column: their last columns hide behind a sideways scroll
+    tables: Array.from(document.querySelectorAll("article table"))
+      .filter((t) => t.parentElement.clientWidth > 0
+        && t.scrollWidth > t.parentElement.clientWidth + 1)
+      .map((t) => t.innerText.trim().split("\\n")[0].slice(0, 70)),
     // printed outputs wider than the text column: a reader must scroll sideways to their end
     wide: Array.from(document.querySelectorAll("div.cell_output pre, div.output pre"))
       .filter((el) => el.scrollWidth > el.clientWidth + 1)
@@ -204,8 +228,8 @@ def test_page_renders_offline(browser, book_html, page):
         problems.append(f"outputs wider than the text column at 1280 px: {state['wide'][:5]}")
     if state["scrolling"]:
         problems.append(f"code that scrolls sideways at 1280 px: {state['scrolling'][:5]}")
-    if state["height"] > MAX_PAGE_HEIGHT:
-        problems.append(f"{state['height']:,} px tall at 1280 px: split or fold the chapter")
+    HEIGHTS[page] = state["height"]
+    problems += height_problems(page, state)
     if markers := re.findall(r"#\| \w+|# NBVAL_\w+", text):
         problems.append(f"tool markers on the page (book/_ext/hide_markers.py): {markers[:5]}")
     if broken := [image["src"] for image in images if image["width"] == 0]:
@@ -216,6 +240,46 @@ def test_page_renders_offline(browser, book_html, page):
         problems.append(f"links that open remote connections: {state['remoteHints']}")
     problems += visit.errors
     assert not problems, f"{page}:\n" + "\n".join(problems)
+
+
+def height_problems(page: str, state: dict) -> list[str]:
+    """A page's height against its kind's limit; the translator box's place; wide tables."""
+    problems = []
+    appendix = page in appendix_pages()
+    limit, top = TRANSLATOR_PAGES.get(page, (None, None))
+    limit = limit or (MAX_APPENDIX_HEIGHT if appendix else MAX_MAIN_LINE_HEIGHT)
+    if state["height"] > limit:
+        kind = "an appendix" if appendix else "a main-line page"
+        problems.append(f"{state['height']:,} px tall at 1280 px, over {limit:,} for {kind}")
+    if top is not None and (state["translatorTop"] is None or state["translatorTop"] >= top):
+        problems.append(f"the translator box starts at {state['translatorTop']} px, not above {top}")
+    if state["tables"]:
+        problems.append(f"tables wider than the text column: {state['tables'][:5]}")
+    return problems
+
+
+def back_matter_pages() -> set[str]:
+    """The reference pages of the _toc.yml part captioned Back matter (notation, glossary,
+    results, bibliography): neither teaching nor engineering."""
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    parts = [p for p in toc["parts"] if p["caption"] == "Back matter"]
+    return {str(Path(c["file"]).with_suffix("")) for p in parts for c in p["chapters"]}
+
+
+def test_the_main_line_fits_its_length(browser, book_html):
+    """The main line, the landing page, chapters 1 to 15 and the closing page (every page
+    outside the Appendix parts and the back matter), totals at most 240,000 px."""
+    main_line = [p for p in toc_pages() if p not in appendix_pages() | back_matter_pages()]
+    for page in main_line:
+        if page not in HEIGHTS:  # this test ran alone: measure the page here
+            visit = Visit(browser, book_html, page)
+            HEIGHTS[page] = visit.page.evaluate(PAGE_STATE)["height"]
+            visit.close()
+    total = sum(HEIGHTS[p] for p in main_line)
+    assert total <= MAX_MAIN_LINE_TOTAL, (
+        f"the main line is {total:,} px at 1280 px, over {MAX_MAIN_LINE_TOTAL:,}: "
+        + ", ".join(f"{p} {HEIGHTS[p]:,}" for p in main_line)
+    )
 
 
 def test_search_works_offline(browser, book_html):
