@@ -7,12 +7,12 @@ from sacrebleu.metrics import BLEU
 
 from transformer import evaluation
 from transformer.attention_maps import attention_maps, attention_weights
+from transformer.bleu import corpus_bleu
 from transformer.checkpoints import save_checkpoint, save_step
 from transformer.data import load_multi30k
 from transformer.decoding import Decoding
 from transformer.evaluation import (
     average_checkpoints,
-    corpus_bleu,
     evaluate_split,
     load_model,
     load_run,

@@ -23,6 +23,7 @@ import torch
 from torch import Tensor, nn
 
 from .decoder import DecoderCache
+from .masks import check_int
 from .model import Transformer
 from .tokenizer import BOS_ID, EOS_ID
 
@@ -43,9 +44,8 @@ def evaluating(model: Transformer) -> Iterator[None]:
 
 @contextmanager
 def own_ids(model: nn.Module) -> Iterator[None]:
-    """Inside the block the model does not read its ids' values (check_ids off):
-    decoding feeds back only ids it chose from the model's vocabulary, and a check would
-    make the host wait at every token. The caller checks the source before."""
+    """check_ids off inside the block: decoding feeds back only ids of the vocabulary,
+    and a check would make the host wait at every token (the source is checked once)."""
     checked, model.check_ids = model.check_ids, False
     try:
         yield
@@ -187,8 +187,7 @@ class Decoding:
 
     def __post_init__(self):
         for name in ("average", "beam_size"):
-            if type(value := getattr(self, name)) is not int or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+            check_int(getattr(self, name), name)
         if not isinstance(a := self.alpha, int | float) or not a >= 0:
             raise ValueError(f"alpha, the length penalty exponent, must be >= 0, got {a!r}")
 

@@ -10,8 +10,6 @@ __all__ = [
     "load_run",
     "tokenizer_of",
     "translate",
-    "BleuScores",
-    "corpus_bleu",
     "SplitResult",
     "evaluate_split",
 ]
@@ -24,11 +22,11 @@ from pathlib import Path
 from typing import NamedTuple
 
 import torch
-from sacrebleu.metrics import BLEU, BLEUScore
 from torch import Tensor
 from torch.nn.utils.rnn import pad_sequence
 from tqdm import tqdm
 
+from .bleu import BleuScores, corpus_bleu
 from .data import load_multi30k
 from .decoding import Decoding, beam_search, greedy_decode
 from .model import Transformer, TransformerConfig
@@ -47,6 +45,7 @@ def load_checkpoint(path: str | Path) -> dict:
     return torch.load(path, map_location="cpu", weights_only=True)
 
 
+# %% ../../notebooks/13_evaluation.ipynb #c55b3908
 def read_checkpoint(path: str | Path) -> dict:
     """A checkpoint of training_loop.train, loaded safely and checked to hold "model"
     weights and a "model_config"."""
@@ -206,32 +205,6 @@ def translate(
 
 
 # %% ../../notebooks/13_evaluation.ipynb #d1ae2b6a
-class BleuScores(NamedTuple):
-    """Corpus BLEU of one set of translations, and each score's sacreBLEU signature."""
-
-    cased: BLEUScore  # detokenized and case-sensitive: the shareable number
-    lowercased: BLEUScore  # case-insensitive, as some Multi30k papers report it
-    cased_signature: str
-    lowercased_signature: str
-
-
-def corpus_bleu(hypotheses: Sequence[str], references: Sequence[str]) -> BleuScores:
-    """Corpus BLEU by sacreBLEU (13a tokens, exp smoothing), cased and lowercased."""
-    hypotheses, references = list(hypotheses), list(references)
-    if not hypotheses or len(hypotheses) != len(references):
-        raise ValueError(
-            f"got {len(hypotheses)} hypotheses and {len(references)} references; "
-            "BLEU needs one reference per hypothesis, and at least one pair"
-        )
-    cased, lowercased = BLEU(), BLEU(lowercase=True)
-    return BleuScores(
-        cased.corpus_score(hypotheses, [references]),
-        lowercased.corpus_score(hypotheses, [references]),
-        str(cased.get_signature()),
-        str(lowercased.get_signature()),
-    )
-
-
 class SplitResult(NamedTuple):
     """The scores of one Multi30k split, and the translations and references scored."""
 

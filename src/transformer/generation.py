@@ -9,9 +9,10 @@ from torch import Tensor
 
 from .decoder import DecoderCache
 from .decoding import evaluating, own_ids
+from .masks import check_int
 from .model import check_input_ids
 from .tokenizer import EOS_ID
-from .variants import CausalLM, is_positive_int
+from .variants import CausalLM
 
 
 def sample_token(
@@ -37,8 +38,8 @@ def _check_sampling(temperature: float, top_k: int | None) -> None:
             f"temperature must be positive, got {temperature}; for the most likely "
             "token use greedy decoding (sample=False)"
         )
-    if top_k is not None and not is_positive_int(top_k):
-        raise ValueError(f"top_k must be a positive integer or None (no cut), got {top_k!r}")
+    if top_k is not None:  # None: no cut
+        check_int(top_k, "top_k")
 
 
 def check_prompt(model: CausalLM, prompt: Tensor, max_new_tokens: int) -> None:
@@ -51,8 +52,7 @@ def check_prompt(model: CausalLM, prompt: Tensor, max_new_tokens: int) -> None:
             f"the prompt must be a non-empty (batch, P) id tensor, got {got}; "
             "start from torch.tensor([[BOS_ID]]) to generate from nothing"
         )
-    if not is_positive_int(max_new_tokens):
-        raise ValueError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
+    check_int(max_new_tokens, "max_new_tokens")
     room = model.config.max_len - prompt.size(1)
     if max_new_tokens > room:
         raise ValueError(

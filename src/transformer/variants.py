@@ -6,7 +6,6 @@ __all__ = [
     "MASK_SPLIT",
     "FIRST_PIECE_ID",
     "lm_config",
-    "is_positive_int",
     "MaskedLM",
     "mask_tokens",
     "mlm_loss",
@@ -23,7 +22,7 @@ from .decoder import Decoder, DecoderCache
 from .decoding import evaluating
 from .embeddings import TransformerEmbedding
 from .encoder import Encoder
-from .masks import causal_mask, encoder_mask
+from .masks import causal_mask, check_int, encoder_mask
 from .model import (
     TransformerConfig,
     check_cache,
@@ -50,11 +49,6 @@ def _vocab_size(config: TransformerConfig) -> int:
             "pieces; build it with lm_config"
         )
     return config.tgt_vocab_size
-
-
-def is_positive_int(value) -> bool:
-    """An int (not a bool) above 0."""
-    return type(value) is int and value > 0
 
 
 # %% ../../notebooks/15_beyond.ipynb #ba7a7e68
@@ -187,8 +181,8 @@ def fill_mask(model: MaskedLM, ids: Tensor, k: int = 5) -> tuple[Tensor, Tensor]
             f"ids hold no [MASK]; put model.mask_id ({model.mask_id}) where a "
             "piece should be filled in"
         )
-    if not is_positive_int(k) or k > model.vocab_size:
-        raise ValueError(f"k must be an integer in [1, {model.vocab_size}], got {k!r}")
+    if check_int(k, "k") > model.vocab_size:
+        raise ValueError(f"k must be at most the vocabulary's {model.vocab_size}, got {k}")
     with evaluating(model):  # chapter 12: dropout off, no autograd, mode restored
         probs = model(ids)[masked].softmax(dim=-1)  # (n_masks, vocab_size)
     return probs.topk(k, dim=-1)
