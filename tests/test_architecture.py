@@ -113,3 +113,41 @@ def test_the_engineering_is_exported_by_appendices():
     for number, modules in re.findall(r"^\| (\d+), [^|]+ \| (`.*`) \|$", text, re.M):
         for name in re.findall(r"`(\w+)`", modules):
             assert chapter_of(MODULES[name]) == int(number), f"{name} is not appendix {number}'s"
+
+
+NESTING = (ast.For, ast.While, ast.If, ast.With, ast.Try, ast.AsyncFor, ast.AsyncWith)
+
+
+def nesting(node: ast.AST) -> int:
+    """How deep blocks (for, while, if, with, try) nest inside a function's body."""
+    deepest = 0
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            continue  # measured on its own
+        deepest = max(deepest, nesting(child) + isinstance(child, NESTING))
+    return deepest
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_a_module_reads_in_one_sitting(name):
+    """At most 250 lines a module, 60 a function, and blocks at most 4 deep."""
+    text = MODULES[name].read_text()
+    assert len(text.splitlines()) <= 250, f"{name} has {len(text.splitlines())} lines"
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            lines = node.end_lineno - node.lineno + 1
+            assert lines <= 60, f"{name}.{node.name} has {lines} lines"
+            assert nesting(node) <= 4, f"{name}.{node.name} nests {nesting(node)} deep"
+
+
+def test_an_exported_cell_is_at_most_60_lines():
+    import json
+
+    long = []
+    for notebook in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        for cell in json.loads(notebook.read_text())["cells"]:
+            lines = "".join(cell["source"]).splitlines()
+            if cell["cell_type"] == "code" and lines and lines[0].startswith("#| export"):
+                if len(lines) - 1 > 60:  # the #| export line aside
+                    long.append(f"{notebook.name}: {lines[1][:50]} ({len(lines) - 1} lines)")
+    assert not long, long

@@ -165,6 +165,7 @@ def check_rank(rank: int, world_size: int) -> None:
         raise ValueError(f"rank must be in [0, world_size={world_size}), got {rank}")
 
 
+# %% ../../notebooks/11_training.ipynb #912e062c
 def cut_by_budget(indices: list[int], lengths: Sequence[int], token_budget: int) -> list[list[int]]:
     """Cut `indices` into consecutive batches, each within the budget once padded: a
     batch's size times its longest example is at most `token_budget`."""
@@ -189,6 +190,7 @@ def share_evenly(batches: list[list[int]], world_size: int) -> list[list[int]]:
     return batches
 
 
+# %% ../../notebooks/11_training.ipynb #dfb8ad0a
 class TokenBatchSampler(EpochCursor):
     """Batches of example indices, grouped by length, each within `token_budget` padded
     positions. An epoch, seeded by (seed, epoch): shuffle, sort each pool of `pool_size`

@@ -106,6 +106,7 @@ def setup_distributed(device: str = "auto") -> tuple[int, int, torch.device]:
     return dist.get_rank(), world_size, dev
 
 
+# %% ../../notebooks/16_training_loop.ipynb #61a0cad4
 def describe_device(device: torch.device | str) -> str:
     """The device as a reader would name it: the GPU model, or the CPU's architecture
     and cores."""

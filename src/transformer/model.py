@@ -185,6 +185,7 @@ def check_input_ids(
         check_token_ids(ids, vocab_size)
 
 
+# %% ../../notebooks/10_transformer.ipynb #dad3bdbd
 def check_pair(src: Tensor, tgt_in: Tensor) -> None:
     """A clear error unless src (batch, S) and tgt_in (batch, T) hold as many
     sentences."""

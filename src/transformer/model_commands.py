@@ -41,6 +41,7 @@ class Loaded(NamedTuple):
     shipped: Pretrained | None = None
 
 
+# %% ../../notebooks/19_command_line.ipynb #da3f7bb5
 def _shipped(args: argparse.Namespace, device: torch.device) -> Loaded:
     """--model: a shipped translator, decoding as its manifest says unless a flag says
     otherwise (and then stderr says so)."""
@@ -74,6 +75,7 @@ def _load(args: argparse.Namespace) -> Loaded:
     return Loaded(model, tokenizer_of(ckpt), decoding, train["src"], train["tgt"])
 
 
+# %% ../../notebooks/19_command_line.ipynb #a68cfa62
 def add_translate_parser(commands: argparse._SubParsersAction) -> None:
     p = subcommand(
         commands,

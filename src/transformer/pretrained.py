@@ -162,6 +162,7 @@ def shipped_entry(manifest: dict, direction: str, trained_on: str | None = None)
     return models[trained_on]
 
 
+# %% ../../notebooks/17_shipping.ipynb #b2350025
 def model_of(config: dict, weights: dict[str, Tensor], source: str) -> Transformer:
     """The Transformer that `config` describes, in eval mode, with `weights` (one tensor
     per parameter name, of its shape; else an error naming `source`)."""

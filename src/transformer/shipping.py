@@ -30,6 +30,7 @@ from .pretrained import (
 )
 
 
+# %% ../../notebooks/17_shipping.ipynb #3b5c8e38
 def ship(run_dir: str | Path, decoding: Decoding = Decoding(), out: str | Path = WEIGHTS) -> dict:
     """Store the average of a run's last `decoding.average` checkpoints in `out` for the
     package to ship: DIRECTION-KIND.safetensors (pack_weights; KIND is the
