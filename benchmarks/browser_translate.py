@@ -1,12 +1,13 @@
 """The translator in the page (translator.js) against PyTorch on one thread, in one run.
 
 A standalone page is built as the book's build lays it out (book/_ext/translator_assets.py's
-write_assets, and the draft page fragment) and opened from disk in headless Chromium (the
-system's, or $CHROMIUM_PATH), with every request off the machine blocked. Then:
+write_assets, and transformer.translator_page's fragment) and opened from disk in headless
+Chromium (the system's, or $CHROMIUM_PATH), with every request off the machine blocked. Then:
 
 - the first translation: a fresh page, Translate clicked, until the translation shows (the
-  weights' scripts loaded, decoded, checked against the manifest's SHA-256, unpacked, and the
-  caption translated); the median of --first fresh pages;
+  scripts of the weights, vocabulary and in-domain words loaded, decoded, checked against the
+  manifest's SHA-256, unpacked, the caption checked and translated, its attention drawn); the
+  median of --first fresh pages;
 - per sentence, the first --sentences test2016 captions of each direction, after a warm-up:
   `transformerTranslate(direction, s, {attention: false})`'s own seconds (encoding, beam search,
   decoding; the weights already loaded) beside `load_pretrained(d).translate([s])` with

@@ -378,6 +378,44 @@ def test_screenshot_fits_the_column(directions, load, sentence, kind):
         assert font >= 11
 
 
+FAINTEST = """(root) => {
+  const cells = Array.from(root.querySelectorAll("rect[data-value]"));
+  const faintest = cells.reduce((a, b) => (+b.dataset.value < +a.dataset.value ? b : a));
+  const rgb = e => {  // "rgb(r, g, b)", or "color(srgb r g b)" (0..1) where color-mix made it
+    const fill = getComputedStyle(e).fill, scale = fill.startsWith("color(") ? 255 : 1;
+    return fill.match(/[\\d.]+/g).slice(0, 3).map(v => Math.round(scale * v));
+  };
+  return {cell: rgb(faintest), label: rgb(root.querySelector("svg text"))};
+}"""
+
+
+def test_fits_a_phone_and_the_dark_theme(directions, load):
+    """At a phone's 390 px the map is drawn again for the explorer's width (not shrunk), with
+    the same weights and labels of 11 px or more; under html[data-theme=dark] a weight near 0
+    is dark and the labels light, and back under light."""
+    page = load(explorer_html(directions, "ex"))
+    choose(page, "ex", sentence=LONG, kind="cross")
+    wide = float(page.get_attribute("#ex svg", "width"))
+    page.set_viewport_size({"width": 390, "height": 800})
+    page.wait_for_function(f"+document.querySelector('#ex svg').getAttribute('width') < {wide}")
+    root = page.locator("#ex").bounding_box()
+    assert root["x"] + root["width"] <= 390
+    assert float(page.get_attribute("#ex svg", "width")) <= root["width"] - 2  # drawn to fit
+    assert_shows(page, "ex", directions, "en-de", LONG, "cross", 1, 1)
+    fonts = page.eval_on_selector_all(
+        "#ex svg text", "ts => ts.map(t => parseFloat(getComputedStyle(t).fontSize))"
+    )
+    assert fonts and min(fonts) >= 11
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.locator("#ex").screenshot(path=SCREENSHOTS / "explorer_390_light.png")
+    light = page.eval_on_selector("#ex", FAINTEST)
+    page.evaluate("document.documentElement.dataset.theme = 'dark'")
+    dark = page.eval_on_selector("#ex", FAINTEST)
+    page.locator("#ex").screenshot(path=SCREENSHOTS / "explorer_390_dark.png")
+    assert sum(light["cell"]) > 600 and sum(dark["cell"]) < 200, (light, dark)
+    assert sum(light["label"]) < 200 and sum(dark["label"]) > 500, (light, dark)
+
+
 # ---------------------------------------------------------------- the built book
 
 

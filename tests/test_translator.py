@@ -1,7 +1,9 @@
 """The translator in the page (src/transformer/static/: translator.js, the page, which loads
 transformer.js, the model, and pretrained.js, the loading; appendix 18) in headless Chromium,
 held to the package: the same ids as SentencePiece, the same numbers as PyTorch within 1e-4, the
-same translations as `load_pretrained(d).translate`, and a page that bad input does not break.
+same translations as `load_pretrained(d).translate` (sentence by sentence), the same sentences
+and in-domain check as `transformer.domain`, and a page that bad input does not break, styled
+in the book's theme, light and dark, at 1280 and 390 px.
 
 How it works
 - A standalone page is built into a temporary folder as the book's build lays it out:
@@ -17,12 +19,18 @@ How it works
   time in one page.evaluate.
 - One more page is served over http (from the same files, by the test itself), where the
   browser offers no crypto.subtle: the weights are checked by the script's own SHA-256.
+- The look is checked on a page that holds the book theme's own style sheets
+  (pydata-sphinx-theme and sphinx-book-theme, inlined from the installed packages): at 1280
+  and 390 px, light and dark, nothing wider than the screen, readable controls, the theme's
+  colours. Under CI=true the widget's screenshots go to _build/screenshots/.
 """
 
 import copy
 import hashlib
 import importlib.util
 import math
+import os
+import random
 import re
 import sys
 from pathlib import Path
@@ -35,6 +43,7 @@ import torch
 from transformer import translator_page
 from transformer.data import read_sentences
 from transformer.decoding import DecoderState, beam_search, evaluating, lp
+from transformer.domain import caption_tokens, split_sentences
 from transformer.pretrained import load_pretrained, read_manifest, shipped_entry
 from transformer.tokenizer import BOS_ID, PAD_ID, UNK_ID
 
@@ -56,6 +65,36 @@ ODD_TEXTS = [
     "Ünïcödé Straße “quoted” – dash — ‘x’…",
     "日本語のテキスト",
     "x" * 300,
+]
+# texts that test the sentence splitter: abbreviations, initials, ordinals, quotes and
+# brackets, runs of marks, Python's whitespace against JavaScript's, capitals beyond ASCII
+SPLIT_TEXTS = [
+    "One sentence without an end",
+    "A dog runs.  A cat sleeps!  Does a bird sing?",
+    "Wow!!! Really?! Yes… And then... more . . . Done .",
+    "Dr. Smith meets Mr. Jones. They talk. Mrs. Brown, Ms. Lee and St. Louis.",
+    "Prof. Dr. Müller kam am 3. Mai 2020. Er blieb bis zum 12. Juni. Am 1234. Juni.",
+    "J. R. R. Tolkien wrote it. U.S. troops arrived. E.g. this one. z. B. Hunde. Usw. Katzen.",
+    "e.g. lowercase after. it stays one. vs. Jones. Fig. 3 shows it. Sept. is a month.",
+    "He said \"Stop.\" Then he left. They said 'no.' But why?",
+    "Sie sagte: „Komm.“ Dann ging sie. «Gut.» Ja. ‚Eins.‘ Zwei.",
+    "(A dog runs.) A cat sleeps. [A bird.] Sings. Ok.) Next.",
+    "Er kam 1990. Dann ging er. Es kostet 5.50 Euro. Gut. ca. 5 Hunde. Ca. 6 Katzen.",
+    "¿Qué pasa? ¡Nada! A.B. C. Hi.there. Yes.",
+    "A dog.\nA cat.\n\nA bird.\r\nA fish.\tA cow.\vA pig.\fA hen.",
+    "A dog.\u00a0A cat.\u2003A bird.\u3000A fish.\u2028A cow.\u202fA pig.",
+    "A dog.\x85A cat.\x1cA bird.\x1fA fish.",  # Python's whitespace, not JavaScript's
+    "A dog.\ufeffA cat.\u200bA bird. \ufeffA fish.",  # JavaScript's, not Python's
+    "\ufeff A dog. A cat. \ufeff",
+    "\x85 A dog. A cat. \x1c",
+    "Ⅻ. Mai kam er. x². Then more. ½. Half.",  # numbers that Python's [^\W\d_] takes
+    "Straße. Ärger. Öl. Ǆemal. ǅemal. Σ. Ω.",  # capitals, and title case (Lt)
+    "A dog. 𝐀 bold capital. A dog. 😀 emoji. A dog. a cat. A dog. ١٢٣ digits.",
+    "The end. ",
+    " ...",
+    ". . .",
+    "?",
+    "A dog runs. A dog runs. A dog runs.",
 ]
 
 
@@ -126,8 +165,9 @@ TRANSLATE_ALL = """async ([direction, texts]) => {
   const out = [];
   for (const text of texts) {
     const r = await transformerTranslate(direction, text, {attention: false});
-    out.push({translation: r.translation, sourceIds: r.sourceIds, outputIds: r.outputIds,
-      score: r.score, seconds: r.seconds});
+    out.push({translation: r.translation, outOfDomain: r.outOfDomain, seconds: r.seconds,
+      sentences: r.sentences.map(s => ({source: s.source, translation: s.translation,
+        sourceIds: s.sourceIds, outputIds: s.outputIds, score: s.score}))});
   }
   return out;
 }"""
@@ -187,25 +227,28 @@ def python_score(model, src_ids, out_ids, alpha) -> float:
 @pytest.mark.parametrize("direction", DIRECTIONS)
 def test_same_translations_as_pytorch(page, pretrained, direction):
     """100 test2016 captions: the same translation as Pretrained.translate on at least 98; where
-    one differs, the two hypotheses score within 1e-4 of each other (a near tie)."""
+    one differs, the two hypotheses of the sentence that differs score within 1e-4 of each
+    other (a near tie)."""
     shipped = pretrained[direction]
-    sentences = read_sentences("test_2016_flickr", direction.split("-")[0])[:100]
-    want = shipped.translate(sentences)  # batched, as alone (test_decoding.py tests that)
-    got = page.evaluate(TRANSLATE_ALL, [direction, sentences])
+    texts = read_sentences("test_2016_flickr", direction.split("-")[0])[:100]
+    want = shipped.translate(texts)  # batched, as alone (test_decoding.py tests that)
+    got = page.evaluate(TRANSLATE_ALL, [direction, texts])
     differ = [i for i, (g, w) in enumerate(zip(got, want, strict=True)) if g["translation"] != w]
     print(f"\n{direction}: {100 - len(differ)}/100 the same; differing: {differ}")
-    assert len(differ) <= 2, [(sentences[i], got[i]["translation"], want[i]) for i in differ]
+    assert len(differ) <= 2, [(texts[i], got[i]["translation"], want[i]) for i in differ]
     decoding = shipped.decoding
     in_float64 = copy.deepcopy(shipped.model).double()
-    for i in differ:
-        src_ids = got[i]["sourceIds"]
+    for sentence in (s for i in differ for s in got[i]["sentences"]):
+        if sentence["translation"] == shipped.translate([sentence["source"]])[0]:
+            continue
+        src_ids = sentence["sourceIds"]
         python_ids = beam_search(
             shipped.model, torch.tensor([src_ids]), decoding.beam_size, alpha=decoding.alpha
         )[0]
-        ours = python_score(in_float64, src_ids, got[i]["outputIds"], decoding.alpha)
+        ours = python_score(in_float64, src_ids, sentence["outputIds"], decoding.alpha)
         theirs = python_score(in_float64, src_ids, python_ids, decoding.alpha)
-        assert abs(ours - theirs) <= TOLERANCE, (sentences[i], ours, theirs)
-        assert abs(got[i]["score"] - ours) <= TOLERANCE
+        assert abs(ours - theirs) <= TOLERANCE, (sentence["source"], ours, theirs)
+        assert abs(sentence["score"] - ours) <= TOLERANCE
 
 
 def test_attention_and_score_match_pytorch(page, pretrained):
@@ -214,7 +257,9 @@ def test_attention_and_score_match_pytorch(page, pretrained):
     from transformer.attention_maps import attention_maps
 
     shipped = pretrained["en-de"]
-    result = call(page, "transformerTranslate", "en-de", "Two dogs run through the snow.")
+    text = "Two dogs run through the snow."
+    result = call(page, "transformerTranslate", "en-de", text)["sentences"][0]
+    assert result["source"] == text
     src_ids, out_ids = result["sourceIds"], result["outputIds"]
     assert result["sourcePieces"] == shipped.tokenizer.sp.id_to_piece(src_ids)
     assert result["outputPieces"] == shipped.tokenizer.sp.id_to_piece(out_ids)
@@ -234,7 +279,7 @@ def test_attention_and_score_match_pytorch(page, pretrained):
 def test_weights_load_when_asked(browser, site):
     """Opening the page loads translator.js and none of the weights, until Translate; then only
     the translator's two other scripts (the model, and the loading), the manifest, the
-    vocabulary and the chosen direction's weights."""
+    vocabulary, the chosen direction's weights and the words of its in-domain check."""
     context = browser.new_context()
     asked, problems = [], []
     context.on("request", lambda request: asked.append(request.url.rsplit("/", 1)[-1]))
@@ -255,6 +300,7 @@ def test_weights_load_when_asked(browser, site):
     assert sorted(asked[2:]) == sorted(
         ["transformer.js", "pretrained.js", "manifest.json.js"]
         + [f"{entry['tokenizer']}.js", f"{entry['weights']}.js"]
+        + [f"{entry['domain']['words']}.js"]
     )
     assert not problems, problems
 
@@ -322,22 +368,27 @@ def test_served_over_http(browser, site, pretrained):
 # ---------------------------------------------------------------- bad input
 
 
+SHOWN = """(id) => {
+  const root = document.getElementById(id), q = s => root.querySelector(s);
+  const shown = s => (q(s) && !q(s).closest('[hidden]') ? q(s).textContent : '');
+  const menu = q('.attnx select[name=sentence]');
+  return {status: q('.tx-status').textContent, state: root.dataset.state,
+    translation: shown('.tx-translation'), note: shown('.tx-note'),
+    warning: shown('.tx-warning'), result: !q('.tx-result').hidden,
+    disabled: q('button[name=translate]').disabled, direction: q('select[name=direction]').value,
+    lang: q('.tx-translation').lang, maps: root.querySelectorAll('.attnx rect[data-q]').length,
+    explorer: menu ? menu.options[0].text : '',
+    sentences: menu ? Array.from(menu.options, o => o.text) : []};
+}"""
+
+
 def ui_translate(page, text: str, state: str = "done") -> dict:
-    """Type `text`, press Translate, wait for `state`; what the translator shows."""
+    """Type `text`, press Translate, wait for `state`; what the translator shows (a part
+    that is hidden shows as "")."""
     page.fill(f"#{ID} textarea", text)
     page.click(f"#{ID} button[name=translate]")
     page.wait_for_function(f"document.getElementById('{ID}').dataset.state === '{state}'")
-    return page.evaluate(
-        """(id) => {
-          const root = document.getElementById(id), q = s => root.querySelector(s);
-          return {status: q('.tx-status').textContent, translation: q('.tx-translation').textContent,
-            note: q('.tx-note').hidden ? '' : q('.tx-note').textContent,
-            disabled: q('button[name=translate]').disabled, direction: q('select[name=direction]').value,
-            lang: q('.tx-translation').lang, maps: root.querySelectorAll('.attnx rect[data-q]').length,
-            explorer: q('.attnx select[name=sentence]') ? q('.attnx select[name=sentence]').options[0].text : ''};
-        }""",
-        ID,
-    )
+    return page.evaluate(SHOWN, ID)
 
 
 def test_a_caption_in_the_page(page, pretrained):
@@ -362,10 +413,12 @@ def test_blank_text_gives_a_message(page):
     )
 
 
-def test_long_text_is_cut_with_a_note(page, pretrained):
-    """2,000 words: cut to the model's 256 positions, as evaluation.translate cuts them."""
-    text = " ".join(read_sentences("test_2016_flickr", "en"))
-    text = " ".join(text.split()[:2000])
+def test_long_sentence_is_cut_with_a_note(page, pretrained):
+    """One sentence of 2,000 words: cut to the model's 256 positions, as evaluation.translate
+    cuts it, with a note; a paragraph as long, of short sentences, is translated whole."""
+    words = " ".join(read_sentences("test_2016_flickr", "en")).replace(".", "").split()
+    text = " ".join(words[:2000]) + "."
+    assert split_sentences(text) == [text]
     ids = pretrained["en-de"].tokenizer.encode(text)
     assert len(ids) > 256
     shown = ui_translate(page, text)
@@ -375,11 +428,20 @@ def test_long_text_is_cut_with_a_note(page, pretrained):
     result = page.evaluate("(t) => transformerDebug.encode('en-de', [t])", text)[0]
     assert result == ids  # and the page cut them to ids[:256], as the 256 pieces show
 
+    paragraph = " ".join(read_sentences("test_2016_flickr", "en")[:25])
+    sentences = split_sentences(paragraph)
+    n_pieces = sum(len(ids) for ids in pretrained["en-de"].tokenizer.encode(sentences))
+    assert n_pieces > 256 and len(sentences) >= 25
+    shown = ui_translate(page, paragraph)
+    assert shown["note"] == "" and shown["translation"]
+    assert page.locator(f"#{ID} .tx-source .tx-piece").count() == n_pieces
+
 
 def test_unknown_characters_become_unk(page):
     result = call(page, "transformerTranslate", "en-de", "The 🐱 sleeps on the ☃ sofa.")
-    assert result["sourceIds"].count(UNK_ID) == 2 and result["translation"]
-    assert "<unk>" in result["sourcePieces"]
+    sentence = result["sentences"][0]
+    assert sentence["sourceIds"].count(UNK_ID) == 2 and result["translation"]
+    assert "<unk>" in sentence["sourcePieces"] and result["unknown"] == 2
     shown = ui_translate(page, "The 🐱 sleeps on the ☃ sofa 日本.")
     assert "outside the vocabulary" in shown["note"] and shown["translation"]
 
@@ -430,3 +492,216 @@ def test_examples_follow_the_direction(page, examples):
     assert page.input_value(f"#{ID} textarea") == examples["en"][2]
     page.select_option(f"#{ID} select[name=direction]", "de-en")
     assert page.input_value(f"#{ID} textarea") == examples["de"][2]
+
+
+# ---------------------------------------------------------------- sentences and the domain
+
+
+def off_domain(lang: str) -> list[str]:
+    """The sentences written for the in-domain check (benchmarks/domain/README.md)."""
+    path = ROOT / "benchmarks" / "domain" / f"off_domain.{lang}.txt"
+    return path.read_text(encoding="utf-8").splitlines()
+
+
+def paragraphs(lang: str, n: int = 60) -> list[str]:
+    """n texts of 2 to 6 captions and off-domain sentences, joined by a space or a newline."""
+    rng = random.Random(52)
+    pool = read_sentences("val", lang)[:300] + off_domain(lang)
+    return [
+        rng.choice([" ", "\n", "  "]).join(rng.sample(pool, rng.randint(2, 6))) for _ in range(n)
+    ]
+
+
+def domain_texts(lang: str) -> list[str]:
+    """Captions, off-domain sentences, paragraphs of both, and odd texts."""
+    captions = read_sentences("val", lang)[:300] + read_sentences("test_2016_flickr", lang)[:100]
+    return captions + off_domain(lang) + paragraphs(lang) + SPLIT_TEXTS + ODD_TEXTS
+
+
+def test_same_sentences_as_python(page):
+    """domain.split_sentences and the page's splitSentences agree on every text: the odd
+    ones (abbreviations, initials, ordinals, quotes, Python's whitespace against
+    JavaScript's), captions and off-domain sentences, and paragraphs of them."""
+    texts = domain_texts("en") + domain_texts("de")
+    want = [split_sentences(t) for t in texts]
+    got = call(page, "transformerDebug.splitSentences", texts)
+    wrong = [(t, g, w) for t, g, w in zip(texts, got, want, strict=True) if g != w]
+    n = sum(map(len, want))
+    print(f"\n{len(texts)} texts, {n} sentences; {len(wrong)} split otherwise in the page")
+    assert not wrong, f"(text, page, python): {wrong[:3]}"
+    assert split_sentences("Dr. Smith came. He sat.") == ["Dr. Smith came.", "He sat."]
+    assert len(split_sentences(SPLIT_TEXTS[-1])) == 3 and sum(len(w) > 1 for w in want) > 100
+
+
+@pytest.mark.parametrize("direction", DIRECTIONS)
+def test_same_caption_check_as_python(page, pretrained, direction):
+    """The page's captionCheck on the direction's words file: the tokens of
+    domain.caption_tokens, the cost of CaptionCheck.cost within 1e-12 (infinite alike), and
+    the flags of Pretrained.out_of_domain, on captions, off-domain sentences and paragraphs."""
+    shipped, lang = pretrained[direction], direction.split("-")[0]
+    texts = domain_texts(lang)
+    got = call(page, "transformerDebug.captionCheck", direction, texts)
+    assert [g["tokens"] for g in got] == [caption_tokens(t) for t in texts]
+    costs = [shipped.domain.cost(t) for t in texts]
+    for text, g, cost in zip(texts, got, costs, strict=True):
+        same = g["cost"] == cost or abs(g["cost"] - cost) <= 1e-12
+        assert same, (text, g["cost"], cost)
+    flags = shipped.out_of_domain(texts)
+    assert [g["outOfDomain"] for g in got] == flags
+    near = sum(abs(c - shipped.domain.threshold) < 1e-6 for c in costs)
+    worst = max(abs(g["cost"] - c) for g, c in zip(got, costs, strict=True) if math.isfinite(c))
+    print(
+        f"\n{direction}: {len(texts)} texts, {sum(flags)} flagged as in Python; costs differ by "
+        f"at most {worst:.1e}; {near} within 1e-6 of the threshold"
+    )
+    # the captions mostly pass, the sentences written off-domain mostly do not
+    assert sum(flags[:400]) < 40 and sum(flags[400 : 400 + 350]) > 300
+
+
+@pytest.mark.parametrize("direction", DIRECTIONS)
+def test_a_paragraph_as_pretrained(page, pretrained, direction):
+    """A paragraph of three captions: the translation of load_pretrained(d).translate, one
+    result a sentence (its source as split_sentences gives it), and out_of_domain's flag."""
+    shipped, lang = pretrained[direction], direction.split("-")[0]
+    paragraph = " ".join(read_sentences("test_2016_flickr", lang)[10:13])
+    sentences = split_sentences(paragraph)
+    assert len(sentences) == 3
+    result = call(page, "transformerTranslate", direction, paragraph)
+    assert result["translation"] == shipped.translate([paragraph])[0]
+    assert [s["source"] for s in result["sentences"]] == sentences
+    assert [s["translation"] for s in result["sentences"]] == shipped.translate(sentences)
+    assert result["outOfDomain"] == shipped.out_of_domain([paragraph])[0]
+    assert all(s["attention"] for s in result["sentences"]) and not result["truncated"]
+
+
+def test_the_warning_shows_off_domain(page, pretrained):
+    """The page shows the warning for "I love you." (the rule flags it), and none for a
+    caption after it."""
+    page.select_option(f"#{ID} select[name=direction]", "en-de")
+    flags = pretrained["en-de"].out_of_domain(["I love you.", "A dog runs on the beach."])
+    assert flags == [True, False]
+    shown = ui_translate(page, "I love you.")
+    assert "does not look like an image caption; expect a poor translation" in shown["warning"]
+    assert shown["translation"] == pretrained["en-de"].translate(["I love you."])[0]
+    color = page.eval_on_selector(f"#{ID} .tx-warning", "e => getComputedStyle(e).borderLeftStyle")
+    assert color == "solid"  # styled: a note with a coloured edge
+    shown = ui_translate(page, "A dog runs on the beach.")
+    assert shown["warning"] == "" and shown["translation"]
+
+
+def test_a_new_submission_clears_the_old_result(page):
+    """An empty submission after a translation: the "type a sentence" message, and nothing
+    left of the old result (translation, warning, pieces, maps)."""
+    page.select_option(f"#{ID} select[name=direction]", "en-de")
+    shown = ui_translate(page, "I love you.")
+    assert shown["translation"] and shown["warning"] and shown["maps"]
+    shown = ui_translate(page, "", state="empty")
+    assert "Type a sentence" in shown["status"] and not shown["result"]
+    left = [shown[part] for part in ("translation", "warning", "maps", "sentences")]
+    assert left == ["", "", 0, []]
+    assert page.inner_text(f"#{ID} .tx-source") == ""
+
+
+def test_the_explorer_lists_each_sentence_once(page):
+    """The explorer offers the sentences of the last translation, each once: a sentence the
+    text repeats, or the same text translated twice, adds none."""
+    page.select_option(f"#{ID} select[name=direction]", "en-de")
+    text = "A dog runs on the beach. A man rides a bike. A dog runs on the beach."
+    shown = ui_translate(page, text)
+    assert shown["sentences"] == ["1. A dog runs on the beach.", "2. A man rides a bike."]
+    assert ui_translate(page, text)["sentences"] == shown["sentences"]
+    shown = ui_translate(page, "Two girls play in the park. A cat sleeps.")
+    assert shown["sentences"] == ["1. Two girls play in the park.", "2. A cat sleeps."]
+    page.select_option(f"#{ID} .attnx select[name=sentence]", "1")
+    assert page.get_attribute(f"#{ID}-attention", "data-sentence") == "1"
+    columns = page.eval_on_selector_all(
+        f"#{ID} .attnx text[data-k]", "ts => ts.map(t => t.textContent)"
+    )
+    assert "".join(columns).replace("▁", " ").strip() == "A cat sleeps."
+
+
+# ---------------------------------------------------------------- the look
+
+
+def theme_css() -> str:
+    """The book theme's style sheets, from the installed packages ("" without them)."""
+    found = []
+    for package, sheet in (
+        ("pydata_sphinx_theme", "theme/pydata_sphinx_theme/static/styles/pydata-sphinx-theme.css"),
+        ("sphinx_book_theme", "theme/sphinx_book_theme/static/styles/sphinx-book-theme.css"),
+    ):
+        spec = importlib.util.find_spec(package)
+        if spec and spec.origin and (path := Path(spec.origin).parent / sheet).is_file():
+            found.append(path.read_text(encoding="utf-8"))
+    return "\n".join(found)
+
+
+LOOK = """(id) => {
+  const root = document.getElementById(id), box = root.getBoundingClientRect();
+  const style = e => getComputedStyle(e);
+  const controls = Array.from(root.querySelectorAll('select, textarea, button'))
+    .filter(e => e.offsetParent !== null).map(e => {
+      const b = e.getBoundingClientRect();
+      return {name: e.name, font: parseFloat(style(e).fontSize), height: b.height,
+        left: b.left, right: b.right};
+    });
+  // the theme's own colours, as the page resolves them
+  const probe = document.createElement('div');
+  probe.style.cssText = 'background: var(--pst-color-background); '
+    + 'color: var(--pst-color-text-base); border: 1px solid var(--pst-color-primary)';
+  document.body.append(probe);
+  const theme = [style(probe).backgroundColor, style(probe).color, style(probe).borderTopColor];
+  probe.remove();
+  return {left: box.left, right: box.right, page: document.documentElement.scrollWidth,
+    colours: [style(root).backgroundColor, style(root).color,
+      style(root.querySelector('button')).backgroundColor], theme, controls};
+}"""
+
+
+@pytest.mark.parametrize("theme", ["light", "dark"])
+def test_the_widget_in_the_book_theme(browser, site, examples, theme):
+    """In the theme's style sheets, light and dark, at 1280 px and at a phone's 390 px: the
+    widget and its controls fit the screen (no sideways scroll), the controls are readable
+    (at least 15 px text, 36 px tall), and it takes the theme's colours (background, text,
+    the primary colour of its button)."""
+    page_path = site / "notebooks" / f"themed-{theme}.html"
+    page_path.write_text(
+        f'<!doctype html><html lang="en" data-theme="{theme}"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>translator</title><style>{theme_css()}</style></head><body>"
+        '<main style="max-width: 52rem; margin: 0 auto; padding: 1rem">'
+        f"<h1>The trained translator</h1>{translator_page.translator_html(examples, ID)}"
+        "</main></body></html>"
+    )
+    visit = test_browser.Visit(browser, site, f"notebooks/themed-{theme}")
+    page = visit.page
+    try:
+        shown = ui_translate(page, "A dog runs on the beach. A man rides a bike.")
+        assert shown["sentences"] and not shown["warning"]
+        for width in (1280, 390):
+            page.set_viewport_size({"width": width, "height": 900})
+            page.wait_for_timeout(100)  # a frame: the explorer redraws to its new width
+            look = page.evaluate(LOOK, ID)
+            assert 0 <= look["left"] and look["right"] <= width and look["page"] <= width, look
+            for c in look["controls"]:
+                assert c["font"] >= 15 and c["height"] >= 36, c
+                assert look["left"] <= c["left"] and c["right"] <= look["right"], c
+            svg = page.locator(f"#{ID} .attnx svg").bounding_box()
+            assert svg["x"] >= look["left"] and svg["x"] + svg["width"] <= look["right"]
+            # the theme's background, text and primary colours; dark ones in the dark
+            assert look["colours"] == look["theme"], look
+            brightness = sum(map(int, re.findall(r"\d+", look["colours"][0])))
+            assert brightness > 600 if theme == "light" else brightness < 150
+            shot(page, f"translator_{width}_{theme}")
+        ui_translate(page, "I love you.")
+        shot(page, f"translator_390_{theme}_warning")
+    finally:
+        visit.close()
+    assert not visit.blocked and not visit.errors, (visit.blocked, visit.errors)
+
+
+def shot(page, name: str) -> None:
+    """The widget's screenshot for CI's artifact (test_browser.SCREENSHOTS); none outside CI."""
+    if os.environ.get("CI"):
+        test_browser.SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        page.locator(f"#{ID}").screenshot(path=test_browser.SCREENSHOTS / f"{name}.png")

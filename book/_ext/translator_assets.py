@@ -3,8 +3,8 @@
 The page's translator (appendix 18) is three scripts of src/transformer/static/ (SCRIPTS): the
 page loads translator.js, its controls, which loads transformer.js (the model and decoding) and
 pretrained.js when a translation is first asked for. pretrained.js reads the shipped files of
-src/transformer/weights/ as they are: the manifest, each model's safetensors and its
-SentencePiece model. A page opened from disk (file://) may not `fetch` them, but it may run a
+src/transformer/weights/ as they are: the manifest, each model's safetensors, its
+SentencePiece model and the words file of its in-domain check (words.LANG.tsv). A page opened from disk (file://) may not `fetch` them, but it may run a
 script, so each file F is written as F.js, one line that stores F's exact bytes in base64:
 
     window.__transformerAssets["en-de.safetensors"] = "...";
@@ -37,13 +37,14 @@ def asset_script(name: str, data: bytes) -> str:
 
 def write_assets(out_dir: str | Path, weights: str | Path = WEIGHTS) -> list[Path]:
     """Write the translator's SCRIPTS and one NAME.js per shipped file (manifest.json, and the
-    safetensors and tokenizer of every model of every direction) into `out_dir`; returns the
-    paths written."""
+    safetensors, tokenizer and words file of every model of every direction) into `out_dir`;
+    returns the paths written."""
     out_dir, weights = Path(out_dir), Path(weights)
     manifest = json.loads((weights / "manifest.json").read_text())  # direction -> kind -> entry
     names = ["manifest.json"]
     for entry in (e for models in manifest.values() for e in models.values()):
-        names += [n for n in (entry["weights"], entry["tokenizer"]) if n not in names]
+        words = [entry["domain"]["words"]] if "domain" in entry else []
+        names += [n for n in (entry["weights"], entry["tokenizer"], *words) if n not in names]
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     for name in names:

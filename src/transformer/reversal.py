@@ -16,6 +16,7 @@ __all__ = [
 from collections.abc import Iterator
 
 from .batching import Batch, collate
+from .masks import check_int
 
 FIRST, N_SYMBOLS = 4, 16  # symbols are ids 4..19, after PAD, UNK, BOS and EOS
 MIN_LENGTH, MAX_LENGTH = 4, 10  # sequence lengths, both included
@@ -28,8 +29,8 @@ def _imul(a: int, b: int) -> int:
 
 
 class Mulberry32:
-    """mulberry32: a 32-bit state advanced by a constant, then mixed by two multiply-xorshift
-    rounds. Fast and small; not for cryptography, and 2**32 outputs before it repeats."""
+    """mulberry32: a 32-bit state advanced by a constant, then mixed by two rounds of
+    multiply and xorshift. Small and fast; not for cryptography; 2**32 outputs long."""
 
     def __init__(self, seed: int):
         self.state = seed & MASK
@@ -43,12 +44,13 @@ class Mulberry32:
         return (t ^ (t >> 14)) & MASK
 
     def below(self, n: int) -> int:
-        """An integer in [0, n): floor(u * n / 2**32), exact in both languages for n < 2**21."""
+        """An integer in [0, n): floor(u * n / 2**32), exact in both languages for
+        n < 2**21."""
         return (self.next_uint32() * n) >> 32
 
 
 def reversal_pairs(rng: Mulberry32, n: int) -> list[tuple[list[int], list[int]]]:
-    """n (sequence, reversed sequence) pairs drawn from rng, in the order the stream draws."""
+    """n (sequence, reversed sequence) pairs drawn from rng, in the stream's order."""
     pairs = []
     for _ in range(n):
         length = MIN_LENGTH + rng.below(MAX_LENGTH - MIN_LENGTH + 1)
@@ -59,9 +61,9 @@ def reversal_pairs(rng: Mulberry32, n: int) -> list[tuple[list[int], list[int]]]
 
 def reversal_batches(seed: int, batch_size: int) -> Iterator[Batch]:
     """Endless batches of the reversal task for `seed`, `batch_size` pairs each, as
-    `collate` pads them; the page's `reversalBatches(seed, batchSize)` gives the same."""
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+    `collate` pads them; the page's `reversalBatches(seed, batchSize)` gives the
+    same."""
+    check_int(batch_size, "batch_size")
     rng = Mulberry32(seed)
     while True:
         yield collate(reversal_pairs(rng, batch_size))

@@ -16,9 +16,10 @@ def trainer_html(
     static: str = "../_static/translator/",
     options: Mapping | None = None,
 ) -> str:
-    """Chapter 11's reversal trainer as one HTML fragment: its style, its container (with
-    `options` such as {"d_model": 64}, else trainer_page.js's defaults) and the two scripts,
-    trainer.js then trainer_page.js, from the built book's `static` folder."""
+    """Chapter 11's reversal trainer as one HTML fragment: its style, its container
+    (with `options` such as {"d_model": 64}, else trainer_page.js's defaults) and the
+    two scripts, trainer.js then trainer_page.js, from the built book's `static`
+    folder."""
     if not ELEMENT_ID.match(element_id):
         raise ValueError(f"element_id {element_id!r} must match {ELEMENT_ID.pattern}")
     style = (STATIC / "trainer.css").read_text()

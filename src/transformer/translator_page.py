@@ -35,8 +35,11 @@ FIRST = "en-de"  # the direction the translator starts with, the book's main one
 
 # %% ../../notebooks/18_javascript.ipynb #e3355a77
 def download_mb(entry: Mapping, root: Path = WEIGHTS) -> float:
-    """MB a reader downloads for a direction: its weights and vocabulary, in base64."""
-    size = sum((root / entry[key]).stat().st_size for key in ("weights", "tokenizer"))
+    """MB a reader downloads for a direction: its weights, vocabulary and the words of
+    its in-domain check, in base64."""
+    names = [entry["weights"], entry["tokenizer"]]
+    names += [entry["domain"]["words"]] if "domain" in entry else []
+    size = sum((root / name).stat().st_size for name in names)
     return round(4 * math.ceil(size / 3) / 1e6, 1)
 
 

@@ -1,5 +1,14 @@
 // The attention explorer of transformer.explorer: reads the packed weights and draws the chosen
-// map as SVG. explorer.py fills in the placeholders in capitals between double underscores.
+// map as SVG, as wide as its box allows (at most WIDTH), again when the window is resized.
+// explorer.py fills in the placeholders in capitals between double underscores; explorer.css
+// colours the cells from their weight (--w) in the book's light or dark theme.
+//
+//   function      what it does
+//   unpack        the integers of one packed string (explorer.py's packing)
+//   selected      the chosen map: queries, keys, weights
+//   setOptions, refresh
+//                 the menus: the sentences, layers and heads offered
+//   draw          the map as SVG; highlight marks the hovered cell's labels
 (() => {
   "use strict";
   const ID = "__ID__", WIDTH = __WIDTH__, MAX_CELL = 26, MAX_LABEL = 150;  // px
@@ -15,6 +24,9 @@
   const HINT = "hover over a cell to read its weight";
   const measure = document.createElement("canvas").getContext("2d");
   let shown = null;  // the map drawn last: {queries, keys, weights}
+  let drawnWidth = 0;  // px: the room the map was drawn for
+  // px: the room for the map, the figure's width (WIDTH where it is not laid out)
+  const room = () => Math.min(WIDTH, figure.clientWidth || WIDTH);
 
   const esc = text => text.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;")
     .replace(/"/g, "&quot;");
@@ -74,17 +86,19 @@
       while (text.length > 2 && textWidth(text) > MAX_LABEL) text = text.slice(0, -2) + "…";
       return text;
     };
-    const room = pieces => Math.ceil(Math.min(MAX_LABEL, Math.max(...pieces.map(textWidth)))) + 8;
-    const left = room(queries), top = room(keys);
-    const cell = Math.min(MAX_CELL, Math.floor((WIDTH - left - 1) / keys.length));
+    const labels = pieces => Math.ceil(Math.min(MAX_LABEL, Math.max(...pieces.map(textWidth)))) + 8;
+    const left = labels(queries), top = labels(keys);
+    drawnWidth = room();
+    const cell = Math.max(1, Math.min(MAX_CELL, Math.floor((drawnWidth - left - 1) / keys.length)));
     const font = cell >= 16 ? 12 : 11;
     const every = Math.ceil(font / cell);  // label every n-th piece only if cells are smaller than text
     const width = left + keys.length * cell + 1, height = top + queries.length * cell + 1;
     const svg = [
       `<svg width="${width}" height="${height}" viewBox="0 0 ${width} ${height}" font-size="${font}">`,
       `<defs><pattern id="${ID}-mask" width="6" height="6" patternUnits="userSpaceOnUse" `,
-      `patternTransform="rotate(45)"><rect width="6" height="6" fill="#f0f0f0"/>`,
-      `<line x1="0" y1="0" x2="0" y2="6" stroke="#c8c8c8" stroke-width="2"/></pattern></defs>`,
+      `patternTransform="rotate(45)"><rect class="attnx-hatch-bg" width="6" height="6" fill="#f0f0f0"/>`,
+      `<line class="attnx-hatch" x1="0" y1="0" x2="0" y2="6" stroke="#c8c8c8" stroke-width="2"/>`,
+      "</pattern></defs>",
     ];
     keys.forEach((piece, k) => {
       if (k % every === 0) svg.push(`<text data-k="${k}" dominant-baseline="central" transform="translate(${left + (k + 0.5) * cell},${top - 4}) rotate(-90)">${esc(fit(piece))}</text>`);
@@ -97,10 +111,11 @@
       const name = `${esc(queries[q])} → ${esc(keys[k])}`;
       svg.push(w === null
         ? `<rect class="attnx-masked" ${at} fill="url(#${ID}-mask)"><title>${name}: masked</title></rect>`
-        : `<rect ${at} fill="${colour(w)}" data-value="${w.toFixed(3)}"><title>${name}: ${w.toFixed(3)}</title></rect>`);
+        : `<rect ${at} fill="${colour(w)}" style="--w:${(100 * w).toFixed(1)}%" data-value="${w.toFixed(3)}">`
+          + `<title>${name}: ${w.toFixed(3)}</title></rect>`);
     }));
     svg.push(`<rect x="${left}" y="${top}" width="${keys.length * cell}" height="${queries.length * cell}" `,
-      `fill="none" stroke="#999" pointer-events="none"/></svg>`);
+      `class="attnx-frame" fill="none" stroke="#999" pointer-events="none"/></svg>`);
     figure.innerHTML = svg.join("");
     axes.textContent = kind.selectedOptions[0].dataset.axes;
     readout.textContent = HINT;
@@ -128,6 +143,23 @@
     refresh();
     draw();
   });
+  // a narrower or wider box (a phone turned, a window resized): the map drawn again to fit,
+  // once a frame at most; an explorer taken off the page (the translator's, replaced by the
+  // next translation's) stops listening
+  let pending = false;
+  const onResize = () => {
+    if (!root.isConnected) {
+      window.removeEventListener("resize", onResize);
+      return;
+    }
+    if (pending) return;
+    pending = true;
+    requestAnimationFrame(() => {
+      pending = false;
+      if (room() !== drawnWidth) draw();
+    });
+  };
+  window.addEventListener("resize", onResize);
   refresh();
   draw();
 })();

@@ -6,6 +6,8 @@
 // built book as F.js, a script that holds F's bytes, because a page opened from disk
 // may not fetch files; this script adds those scripts only when a translation is
 // first asked for.
+// It also holds the in-domain check and the sentence splitter of domain.py: a text is
+// translated sentence by sentence, and flagged where it does not look like a caption.
 // translator.js (the page) loads transformer.js, then this file; this one leaves
 // window.transformerPretrained: {translate, debug, isLoaded, UNK_ID}.
 //
@@ -23,11 +25,20 @@
 //   mergeQueue, bpeEncode, idsOfSymbols
 //                            sentencepiece's bpe_model.cc Encode (tokenizer.encode)
 //   decodeIds                sentencepiece's Decode (tokenizer.decode)
+//   captionTokens, readCounts, captionCheck
+//                            domain.caption_tokens, domain.read_counts, CaptionCheck
+//   strip                    str.strip (Python's whitespace, not JavaScript's)
+//   endsSentence, splitSentences
+//                            domain.ends_sentence, domain.split_sentences
 //   loadFile, verified       pretrained.verified, on the asset scripts
 //   shippedEntry             pretrained.shipped_entry
+//   domainOf, loadDomain     pretrained.domain_of
 //   warmUp                   (the JIT's first compile, on a tiny made-up model)
 //   loadTranslator           pretrained.load_pretrained
-//   sourceIds, translate     evaluation.translate, Pretrained.translate
+//   sourceIds, translateSentence
+//                            evaluation.translate, on one sentence
+//   translate, summary       Pretrained.translate (domain.translate_texts) and
+//                            Pretrained.out_of_domain, with what the page shows
 (() => {
   "use strict";
   const T = window.transformerModel;  // transformer.js
@@ -472,6 +483,89 @@
     return text;
   }
 
+  // ---------------------------------------------------------------- the in-domain check
+
+  // domain.RULE: the manifest's name for the check below
+  const RULE = "caption_cost";
+
+  // domain.caption_tokens: each maximal run of letters, and each ? or !, of the text
+  // NFC-normalized and lowercased
+  const captionTokens = text =>
+    text.normalize("NFC").toLowerCase().match(/\p{L}+|[?!]/gu) ?? [];
+
+  // domain.read_counts: a words file's "token<TAB>count" lines as token -> count
+  const readCounts = text => new Map(text.split("\n").filter(line => line)
+    .map(line => line.split("\t")).map(([token, n]) => [token, Number(n)]));
+
+  // domain.CaptionCheck on a words file's text: cost(text), the mean over its tokens of
+  // ln(total) - ln(count + 1) (Infinity without tokens), and flags(text): cost above
+  // the threshold, never for a blank text. Summed left to right, as Python 3.11's sum.
+  function captionCheck(words, threshold) {
+    const counts = readCounts(words);
+    let total = 0;
+    for (const n of counts.values()) total += n;
+    const logTotal = Math.log(total);
+    const cost = text => {
+      const tokens = captionTokens(text);
+      if (!tokens.length) return Infinity;
+      let sum = 0;
+      for (const t of tokens) sum += logTotal - Math.log((counts.get(t) ?? 0) + 1);
+      return sum / tokens.length;
+    };
+    const flags = text => strip(text) !== "" && cost(text) > threshold;
+    return {cost, flags, threshold};
+  }
+
+  // ---------------------------------------------------------------- sentences
+
+  // Python's whitespace (str.isspace, and \s in its re), which JavaScript's \s and trim
+  // differ from in a few characters (U+001C-001F and U+0085 are, U+FEFF is not)
+  const WS = "\\t-\\r \\x1c-\\x1f\\x85\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f"
+    + "\\u205f\\u3000";
+  const EDGES = new RegExp(`^[${WS}]+|[${WS}]+$`, "gu");
+  const strip = text => text.replace(EDGES, "");  // str.strip
+
+  // domain.OPENERS: what may open the next sentence, besides a capital or a digit
+  const OPENERS = "\"'“„‚‘«»([¿¡";
+  const LEADING_OPENERS = /^["'“„‚‘«»(\[¿¡]+/u;  // str.lstrip(OPENERS)
+  // domain.CANDIDATE: (a word)(a run of ENDS, . ! ? …)(CLOSERS, the closing quotes and
+  // brackets that stay with the sentence), then whitespace before more text
+  const CANDIDATE = new RegExp(
+    `([^${WS}]*?)([.!?…]+)(["'”“’‘»«)\\]]*)[${WS}]+(?=[^${WS}])`, "gu");
+  const ABBREVIATIONS = new Set(("mr mrs ms dr prof st jr sr vs etc cf approx fig inc "
+    + "ltd mt jan feb mar apr jun jul aug sep sept oct nov dec usw nr ca bzw vgl hr fr "
+    + "str evtl ggf inkl bspw sog jh abs tel").split(" "));
+  // Python's [^\W\d_]: letters, and numbers that are not decimal digits (Ⅻ, ²)
+  const INITIALS = /^(?:[\p{L}\p{Nl}\p{No}]\.)*[\p{L}\p{Nl}\p{No}]$/u;  // "j", "e.g"
+  const ORDINAL = /^\p{Nd}{1,3}$/u;  // "am 3. Mai"
+  const STARTS = /^[\p{Lu}\p{Lt}\p{Nd}]$/u;  // a capital, a title case or a digit
+
+  // domain.ends_sentence: whether `marks` after `word` end a sentence, `following`
+  // the character after the whitespace
+  function endsSentence(word, marks, following) {
+    const starts = STARTS.test(following) || OPENERS.includes(following);
+    if (!starts || marks !== ".") return starts;
+    const bare = word.replace(LEADING_OPENERS, "").toLowerCase();
+    return !(ABBREVIATIONS.has(bare) || INITIALS.test(bare) || ORDINAL.test(bare));
+  }
+
+  // domain.split_sentences: the sentences of `text`, in order, each stripped; none for
+  // a blank text
+  function splitSentences(text) {
+    const sentences = [];
+    let start = 0;
+    for (const m of text.matchAll(CANDIDATE)) {
+      const end = m.index + m[0].length;  // the next sentence's first character
+      if (endsSentence(m[1], m[2], String.fromCodePoint(text.codePointAt(end)))) {
+        const closed = m.index + m[1].length + m[2].length + m[3].length;
+        sentences.push(strip(text.slice(start, closed)));
+        start = end;
+      }
+    }
+    const last = strip(text.slice(start));
+    return last ? [...sentences, last] : sentences;
+  }
+
   // ---------------------------------------------------------------- loading
 
   const assets = window.__transformerAssets = window.__transformerAssets || {};
@@ -530,6 +624,24 @@
       (best, e) => (e.check.bleu_lc > best.check.bleu_lc ? e : best));
   }
 
+  // pretrained.domain_of: the entry's in-domain check (captionCheck), its words file
+  // checked against the manifest's SHA-256 first; null for an entry shipped without one
+  async function domainOf(entry) {
+    if (!entry.domain) return null;
+    const {rule, words, threshold} = entry.domain;
+    if (rule !== RULE) {
+      throw new Error(`unknown in-domain rule "${rule}" (this page knows "${RULE}"); `
+        + "reload the book, or update it");
+    }
+    const bytes = await memo(`words ${words}`,
+      async () => verified(words, await loadFile(words), entry.domain.sha256));
+    return captionCheck(UTF8.decode(bytes), threshold);
+  }
+
+  // the in-domain check of a direction's shipped model, without loading its weights
+  const loadDomain = direction => memo(`domain ${direction}`,
+    async () => domainOf(shippedEntry(await manifest(), direction)));
+
   // The decoding the entry was shipped with (decoding.Decoding: beam_size, alpha), and
   // the most tokens beyond the source's length: the entry's extra_length where it has
   // one, else decoding.EXTRA_LENGTH, as decoding.length_limits takes it.
@@ -561,9 +673,9 @@
     });
   }
 
-  // pretrained.load_pretrained: the model, vocabulary and decoding shipped for a
-  // direction, every file checked against the manifest's SHA-256 first. `timings`:
-  // seconds of each stage.
+  // pretrained.load_pretrained: the model, vocabulary, decoding and in-domain check
+  // shipped for a direction, every file checked against the manifest's SHA-256 first.
+  // `timings`: seconds of each stage.
   function loadTranslator(direction) {
     return memo(`translator ${direction}`, async () => {
       const start = performance.now(), timings = {};
@@ -572,7 +684,8 @@
         return performance.now();
       };
       const entry = shippedEntry(await manifest(), direction);
-      const decoding = decodingOf(entry);
+      const decoding = decodingOf(entry), domain = loadDomain(direction);
+      domain.catch(() => {});  // its failure is reported where it is awaited, below
       const vocab = memo(`vocabulary ${entry.tokenizer}`, async () => readSentencePiece(
         await verified(entry.tokenizer, await loadFile(entry.tokenizer),
           entry.tokenizer_sha256)));
@@ -589,7 +702,8 @@
       const model = T.buildModel(
         entry.model_config, unpackWeights(readSafetensors(bytes)), source);
       t = lap("unpack", t);
-      const translator = {direction, model, vocab: await vocab, decoding};
+      const translator =
+        {direction, model, vocab: await vocab, decoding, domain: await domain};
       lap("vocabulary", t);
       return Object.assign(translator,
         {timings, seconds: (performance.now() - start) / 1000});
@@ -632,23 +746,74 @@
     };
   }
 
-  // what translate gives before it translates
-  function emptyResult(translator, direction, src, loadSeconds) {
+  // one sentence's result before it is translated: its source, ids and pieces
+  function emptyResult(translator, sentence, src) {
     const {model, vocab} = translator;
-    return {direction, translation: "", sourceIds: src.ids, outputIds: [],
+    return {source: sentence, translation: "", sourceIds: src.ids, outputIds: [],
       sourcePieces: src.ids.map(id => vocab.pieces[id]), outputPieces: [],
       score: null, confidence: null, truncated: src.truncated,
       sourceLength: src.pieces, maxLength: model.max_len,
-      unknown: src.ids.filter(id => id === UNK_ID).length, loadSeconds, seconds: 0,
-      attention: null, message: ""};
+      unknown: src.ids.filter(id => id === UNK_ID).length, seconds: 0, attention: null};
   }
 
-  // The translation of `text` with the shipped decoding, as Pretrained.translate gives
-  // it, and what the page shows: the pieces, the score log P / lp(|Y|), the confidence
-  // (mean log p a target token), the seconds it took, and every layer's and head's
-  // attention, [layer][head][query][key] arrays as attention_maps gives them (none with
-  // options.attention false, or where the source or output is longer than
-  // options.attentionUpTo pieces).
+  // evaluation.translate on one sentence, with the shipped decoding, and what the page
+  // shows: the pieces, the score log P / lp(|Y|), the confidence (mean log p a target
+  // token), the seconds it took, and every layer's and head's attention,
+  // [layer][head][query][key] arrays as attention_maps gives them (none where the
+  // source or the output is longer than upTo pieces)
+  async function translateSentence(translator, sentence, upTo) {
+    const start = performance.now(), {model, vocab, decoding} = translator;
+    const src = sourceIds(translator, sentence), S = src.ids.length;
+    const result = emptyResult(translator, sentence, src);
+    if (!S) return result;  // "" as evaluation.translate gives for an empty line
+    const encoderWeights =  // (n_layers, n_heads, S, S)
+      S > upTo ? null : new Float64Array(model.n_layers * model.n_heads * S * S);
+    const memory = T.encode(model, src.ids, encoderWeights);
+    const best = await T.beamSearch(model, src.ids, memory, decoding);
+    Object.assign(result, {outputIds: best.ids,
+      outputPieces: best.ids.map(id => vocab.pieces[id]),
+      translation: decodeIds(vocab, best.ids), score: best.score,
+      confidence: best.logP / best.ids.length});
+    result.seconds = (performance.now() - start) / 1000;
+    if (encoderWeights && best.ids.length <= upTo) {
+      result.attention = attentionMaps(model, memory, encoderWeights, S, best.ids);
+    }
+    return result;
+  }
+
+  // what the page says of a whole text's sentences: nothing to translate, or which
+  // sentences were cut to the model's max_len
+  function messageOn(sentences, maxLength) {
+    if (!sentences.some(s => s.sourceIds.length)) {
+      return "There is nothing to translate: the text is empty or only spaces.";
+    }
+    const one = sentences.length === 1;
+    return sentences.filter(s => s.truncated).map(s => `${one ? "The text"
+      : `Sentence ${sentences.indexOf(s) + 1}`} is ${s.sourceLength} pieces long; `
+      + `the model reads at most ${maxLength}${one ? "" : " a sentence"}, `
+      + `so only ${one ? "the" : "its"} first ${maxLength} were translated.`).join(" ");
+  }
+
+  // the text's result from its sentences' (Pretrained.translate joins their
+  // translations with a space) and its in-domain check (Pretrained.out_of_domain)
+  function summary(translator, text, sentences, seconds, loadSeconds) {
+    const {direction, domain, model} = translator;
+    return {direction, text, translation: sentences.map(s => s.translation).join(" "),
+      outOfDomain: domain ? domain.flags(text) : false,
+      cost: domain ? domain.cost(text) : null,
+      threshold: domain ? domain.threshold : null, sentences,
+      truncated: sentences.some(s => s.truncated),
+      unknown: sentences.reduce((n, s) => n + s.unknown, 0),
+      maxLength: model.max_len, seconds, loadSeconds,
+      message: messageOn(sentences, model.max_len)};
+  }
+
+  // Pretrained.translate on one text: its sentences (splitSentences) translated one by
+  // one (translateSentence), as the package translates them in a batch. Returns
+  // {direction, text, translation, outOfDomain, cost, threshold, sentences (each
+  // translateSentence's, with its source), truncated, unknown, maxLength, seconds,
+  // loadSeconds, message}. options.attention false: no attention maps;
+  // options.attentionUpTo: none for a sentence longer than that many pieces.
   function translate(direction, text, options = {}) {
     return inTurn(async () => {
       if (typeof text !== "string") {
@@ -657,33 +822,13 @@
       }
       const loadStart = performance.now(), translator = await loadTranslator(direction);
       const loadSeconds = (performance.now() - loadStart) / 1000;
-      const start = performance.now(), {model, vocab, decoding} = translator;
-      const src = sourceIds(translator, text), S = src.ids.length;
-      const result = emptyResult(translator, direction, src, loadSeconds);
-      if (!S) {
-        result.message =
-          "There is nothing to translate: the text is empty or only spaces.";
-        return result;
-      }
       const upTo = options.attention === false ? 0 : options.attentionUpTo || Infinity;
-      const encoderWeights =  // (n_layers, n_heads, S, S)
-        S > upTo ? null : new Float64Array(model.n_layers * model.n_heads * S * S);
-      const memory = T.encode(model, src.ids, encoderWeights);
-      const best = await T.beamSearch(model, src.ids, memory, decoding);
-      Object.assign(result, {outputIds: best.ids,
-        outputPieces: best.ids.map(id => vocab.pieces[id]),
-        translation: decodeIds(vocab, best.ids), score: best.score,
-        confidence: best.logP / best.ids.length});
-      result.seconds = (performance.now() - start) / 1000;
-      if (encoderWeights && best.ids.length <= upTo) {
-        result.attention = attentionMaps(model, memory, encoderWeights, S, best.ids);
+      const start = performance.now(), sentences = [];
+      for (const sentence of splitSentences(text)) {
+        sentences.push(await translateSentence(translator, sentence, upTo));
       }
-      if (src.truncated) {
-        result.message = `The text is ${src.pieces} pieces long; `
-          + `the model reads at most ${model.max_len}, `
-          + `so only the first ${model.max_len} were translated.`;
-      }
-      return result;
+      const seconds = (performance.now() - start) / 1000;
+      return summary(translator, text, sentences, seconds, loadSeconds);
     });
   }
 
@@ -729,6 +874,16 @@
     },
     sha256: async (bytes, byHand = false) =>
       (byHand ? sha256ByHand(new Uint8Array(bytes)) : sha256(new Uint8Array(bytes))),
+    // domain.split_sentences of each text
+    splitSentences: async texts => texts.map(splitSentences),
+    // of each text: its caption_tokens, its cost and whether out_of_domain flags it;
+    // loads the direction's words file only, not its weights
+    captionCheck: async (direction, texts) => {
+      const domain = await loadDomain(direction);
+      if (!domain) throw new Error(`the ${direction} model has no in-domain check`);
+      return texts.map(text => ({tokens: captionTokens(text), cost: domain.cost(text),
+        outOfDomain: domain.flags(text)}));
+    },
   };
 
   window.transformerPretrained = {translate, debug, isLoaded, UNK_ID};

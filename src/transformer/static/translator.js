@@ -2,13 +2,15 @@
 // of translator_page.py asks for, and the public API. The fragment's <script> loads
 // this file only; this one loads the translator itself, from beside it, when a
 // translation is first asked for: transformer.js (the model and decoding, shaped like
-// the Python package), then pretrained.js (the shipped files, loading, translating),
-// which loads the weights in turn. Nothing comes from another host.
+// the Python package), then pretrained.js (the shipped files, loading, the in-domain
+// check, translating), which loads the weights in turn. Nothing comes from another host.
 //
 //   transformerTranslate(direction, text, options) -> Promise of {translation,
-//     sourcePieces, sourceIds, outputPieces, outputIds, score, confidence, seconds,
-//     loadSeconds, truncated, message, attention: {encoder, decoder, cross}}
-//     (pretrained.js's translate: Pretrained.translate, and what the page shows)
+//     outOfDomain, cost, threshold, sentences: [{source, translation, sourcePieces,
+//     sourceIds, outputPieces, outputIds, score, confidence, truncated, seconds,
+//     attention: {encoder, decoder, cross}}], truncated, unknown, seconds,
+//     loadSeconds, message} (pretrained.js's translate: Pretrained.translate sentence
+//     by sentence, Pretrained.out_of_domain, and what the page shows)
 //   transformerDebug: what the tests compare with PyTorch (pretrained.js's debug)
 //   transformerTranslator: {translate, mount, mountAll, debug}
 //
@@ -17,10 +19,14 @@
 //     loadEngine
 //   languageNames        language code -> name, from the fragment's config
 //   markup, mount        one translator's controls, built and wired (mountAll: all)
-//   showExamples, idle, changeDirection, chooseExample, go, show, notesOn
+//   setStatus, showExamples, idle, changeDirection, chooseExample
 //                        the controls' parts and events
-//   packSentence         explorer.py's _sentence: a translation's maps, packed
-//   showAttention        the attention explorer (explorer.js) on them
+//   clearResult, go      a submission: the old result cleared, then the new one
+//   notesOn, piecesHtml, confidenceText, timeText, show
+//                        the result: warning, translation, notes and details
+//   packSentence         explorer.py's _sentence: a sentence's maps, packed
+//   showAttention        the attention explorer (explorer.js) on the last text's
+//                        sentences
 (() => {
   "use strict";
   if (window.transformerTranslator) {
@@ -70,7 +76,8 @@
 
   // pretrained.js's debug functions, each loading the engine first
   const debug = Object.fromEntries(["load", "encode", "decode", "normalize",
-    "encoderOutput", "firstStepLogProbs", "score", "sha256"].map(name =>
+    "encoderOutput", "firstStepLogProbs", "score", "sha256", "splitSentences",
+    "captionCheck"].map(name =>
     [name, async (...args) => (await loadEngine()).debug[name](...args)]));
 
   // whether a direction's weights are loaded, or loading
@@ -81,11 +88,9 @@
 
   // ---------------------------------------------------------------- the page
 
-  // mean log p a token below this: unlike the captions it learned (about 1 val
-  // caption in 20 falls below it, and most sentences typed from outside the
-  // photo-caption domain)
-  const LOW_CONFIDENCE = -1.2;
-  const MAX_MAP = 100;  // pieces: longer texts get no maps drawn (cells under 6 px)
+  const MAX_MAP = 100;  // pieces: longer sentences get no maps drawn (cells under 6 px)
+  const WARNING = "This does not look like an image caption; expect a poor "
+    + "translation. The model learned only from one-sentence descriptions of photos.";
   const esc = text => String(text).replace(/&/g, "&amp;").replace(/</g, "&lt;")
     .replace(/>/g, "&gt;").replace(/"/g, "&quot;");
   const option = (value, label) =>
@@ -110,30 +115,33 @@
       .map(([value, label]) => option(value, label)).join("");
     return `
       <div class="tx-controls">
-        <label>direction <select name="direction">${directions}</select></label>
-        <label class="tx-wide">example <select name="example"></select></label>
+        <label class="tx-field"><span>Direction</span>
+          <select name="direction">${directions}</select></label>
+        <label class="tx-field tx-wide"><span>Example</span>
+          <select name="example"></select></label>
       </div>
-      <textarea name="text" rows="2" spellcheck="false"
-        aria-label="text to translate"></textarea>
+      <textarea name="text" rows="3" spellcheck="false" aria-label="text to translate"
+        placeholder="Type a sentence that describes a photo, e.g. A dog runs on the beach."
+        ></textarea>
       <div class="tx-actions"><button type="button" name="translate">Translate</button>
-        <span class="tx-status" role="status"></span></div>
+        <span class="tx-status" role="status" aria-live="polite"></span></div>
       <div class="tx-result" hidden>
+        <p class="tx-warning" role="alert" hidden>${esc(WARNING)}</p>
         <p class="tx-translation"></p>
-        <p class="tx-note"></p>
-        <dl>
+        <p class="tx-note" hidden></p>
+        <dl class="tx-details">
           <dt>source pieces</dt><dd class="tx-source"></dd>
           <dt>output pieces</dt><dd class="tx-output"></dd>
           <dt>confidence</dt><dd class="tx-confidence"></dd>
           <dt>time</dt><dd class="tx-time"></dd>
         </dl>
-      </div>
-      <div class="tx-attention"></div>`;
+        <div class="tx-attention"></div>
+      </div>`;
   }
 
   // One translator on the page: its controls in root (a .transformer-translator), and
-  // its state, `tx`: the config, the controls, history (direction -> the packed
-  // sentences translated here, newest first), ticket (the latest translation asked
-  // for: older ones are dropped), running.
+  // its state, `tx`: the config, the controls, ticket (the latest submission: the
+  // results of older ones are dropped), running.
   function mount(root) {
     if (root.dataset.mounted) return;
     root.dataset.mounted = "yes";
@@ -144,8 +152,8 @@
     root.querySelector(".tx-fallback")?.remove();
     root.prepend(ui);
     const $ = selector => ui.querySelector(selector);
-    const tx = {root, config, $, languages: languageNames(config), history: {},
-      ticket: 0, running: false, direction: $("select[name=direction]"),
+    const tx = {root, config, $, languages: languageNames(config), ticket: 0,
+      running: false, direction: $("select[name=direction]"),
       example: $("select[name=example]"), textBox: $("textarea"), button: $("button"),
       status: $(".tx-status")};
     tx.direction.addEventListener("change", () => changeDirection(tx));
@@ -172,15 +180,15 @@
   function showExamples(tx) {
     const lang = source(tx), captions = tx.config.examples[lang] || [];
     tx.example.innerHTML =
-      option("", `a test2016 caption (${tx.languages[lang] || lang})…`)
+      option("", `Choose a caption (${tx.languages[lang] || lang})…`)
       + captions.map((c, i) => option(i, c)).join("");
   }
 
   function idle(tx) {
     const which = tx.direction.value;
     const mb = tx.config.download_mb && tx.config.download_mb[which];
-    setStatus(tx, isLoaded(which) ? "ready"
-      : `the ${which} weights${mb ? ` (${mb} MB)` : ""} load on the first Translate`,
+    setStatus(tx, isLoaded(which) ? "Ready."
+      : `The first translation downloads the model${mb ? ` (${mb} MB)` : ""}.`,
     "idle");
   }
 
@@ -205,24 +213,36 @@
     tx.example.value = "";
   }
 
-  // Translate pressed: the text in the box, in the chosen direction; nothing more
-  // while a translation runs
+  // the last result off the page: translation, warning, notes, details and maps
+  function clearResult(tx) {
+    const $ = tx.$;
+    $(".tx-result").hidden = true;
+    $(".tx-warning").hidden = true;
+    $(".tx-note").hidden = true;
+    for (const part of [".tx-translation", ".tx-note", ".tx-source", ".tx-output",
+      ".tx-confidence", ".tx-time"]) $(part).textContent = "";
+    $(".tx-attention").replaceChildren();
+  }
+
+  // Translate pressed: the old result goes, then the text in the box is translated in
+  // the chosen direction; nothing more while a translation runs
   async function go(tx) {
     if (tx.running) return;
     const text = tx.textBox.value, which = tx.direction.value, mine = ++tx.ticket;
+    clearResult(tx);
     if (!text.trim()) {
       setStatus(tx, "Type a sentence first, or choose an example.", "empty", "warning");
       return;
     }
     tx.running = true;
     tx.button.disabled = true;
-    setStatus(tx, isLoaded(which) ? "translating…"
-      : "loading the weights, then translating…", "running");
+    setStatus(tx, isLoaded(which) ? "Translating…"
+      : "Loading the model, then translating…", "running");
     await new Promise(resolve => setTimeout(resolve, 0));  // let the status show
     try {
       const result = await translate(which, text, {attentionUpTo: MAX_MAP});
       if (mine !== tx.ticket) return;
-      if (result.sourceIds.length) {
+      if (result.sentences.some(s => s.sourceIds.length)) {
         show(tx, result);
       } else {  // e.g. only zero-width characters
         setStatus(tx, result.message, "empty", "warning");
@@ -236,7 +256,7 @@
     }
   }
 
-  // the notes under a translation: cut, unknown characters, low confidence
+  // the notes under a translation: sentences cut, unknown characters
   function notesOn(result) {
     const notes = [];
     if (result.truncated) notes.push(result.message);
@@ -246,92 +266,100 @@
         + `${many ? "are" : "is"} outside the vocabulary (shown as <unk>): `
         + `the model never saw ${many ? "these characters" : "this character"}.`);
     }
-    if (result.confidence < LOW_CONFIDENCE || result.unknown) {
-      notes.push(`Low confidence (below ${LOW_CONFIDENCE}, `
-        + "where about 1 caption in 20 falls): this text is unlike the image "
-        + "captions the model learned from (Multi30k: one-sentence descriptions "
-        + "of photos). Expect a poor translation.");
-    }
     return notes;
   }
 
-  // pieces as spans, <unk> marked
-  const piecesHtml = (pieces, ids, unk) => pieces.map((p, i) => {
-    const kind = ids[i] === unk ? "tx-piece tx-unk" : "tx-piece";
-    return `<span class="${kind}">${esc(p)}</span>`;
-  }).join("");
+  // each sentence's pieces as spans, <unk> marked, a group a sentence
+  const piecesHtml = (sentences, pieces, ids, unk) => sentences.map(s =>
+    `<span class="tx-group">${s[pieces].map((p, i) => {
+      const kind = s[ids][i] === unk ? "tx-piece tx-unk" : "tx-piece";
+      return `<span class="${kind}">${esc(p)}</span>`;
+    }).join("")}</span>`).join("");
+
+  // the mean log-probability a token of each sentence translated
+  function confidenceText(result) {
+    const done = result.sentences.filter(s => s.confidence !== null);
+    if (done.length === 1) {
+      const c = done[0].confidence;
+      return `mean log-probability ${c.toFixed(2)} a token `
+        + `(a geometric mean of ${Math.exp(c).toFixed(2)} per token)`;
+    }
+    return `mean log-probability a token, sentence by sentence: ${
+      done.map(s => s.confidence.toFixed(2)).join(", ")}`;
+  }
+
+  const timeText = result => `${result.seconds.toFixed(2)} s`
+    + (result.sentences.length > 1 ? ` for ${result.sentences.length} sentences` : "")
+    + (result.loadSeconds > 0.05 ? ` (and ${result.loadSeconds.toFixed(1)} s `
+      + "to load and check the model, once)" : "");
 
   function show(tx, result) {
     const $ = tx.$, unk = window.transformerPretrained.UNK_ID;
-    $(".tx-result").hidden = false;
+    const sentences = result.sentences;
+    $(".tx-warning").hidden = !result.outOfDomain;
     $(".tx-translation").textContent = result.translation || "(nothing)";
     $(".tx-translation").lang = result.direction.split("-")[1];
-    $(".tx-source").innerHTML = piecesHtml(result.sourcePieces, result.sourceIds, unk);
-    $(".tx-output").innerHTML = piecesHtml(result.outputPieces, result.outputIds, unk);
-    $(".tx-confidence").textContent =
-      `mean log-probability ${result.confidence.toFixed(2)} a token `
-      + `(a geometric mean of ${Math.exp(result.confidence).toFixed(2)} per token)`;
-    $(".tx-time").textContent = `${result.seconds.toFixed(2)} s`
-      + (result.loadSeconds > 0.05 ? ` (and ${result.loadSeconds.toFixed(1)} s `
-        + "to load and check the weights, once)" : "");
+    $(".tx-source").innerHTML = piecesHtml(sentences, "sourcePieces", "sourceIds", unk);
+    $(".tx-output").innerHTML = piecesHtml(sentences, "outputPieces", "outputIds", unk);
+    $(".tx-confidence").textContent = confidenceText(result);
+    $(".tx-time").textContent = timeText(result);
     const notes = notesOn(result);
     $(".tx-note").textContent = notes.join(" ");
     $(".tx-note").hidden = !notes.length;
-    if (result.attention) {
-      showAttention(tx, result);
-    } else {
-      $(".tx-attention").textContent =
-        `The attention maps are drawn for texts of at most ${MAX_MAP} pieces.`;
-    }
-    setStatus(tx, "done", "done");
+    $(".tx-result").hidden = false;
+    showAttention(tx, result);
+    setStatus(tx, "Done.", "done");
   }
 
   // the explorer's packing of one sentence (explorer.py's _sentence): weights as
   // integers round(1000 w) in DIGITS, one digit below SMALL and two from there; the
   // decoder's only on and below the diagonal. attention[kind][layer][head][query][key]
-  function packSentence(result, digits, small) {
+  function packSentence(sentence, digits, small) {
     const codes = w => (w < small ? digits[w]
       : digits[small + Math.floor((w - small) / 64)] + digits[(w - small) % 64]);
-    const title = result.sourcePieces.join("").replaceAll("\u2581", " ").trim();
+    const title = sentence.source;
     const packed = {
       title: title.length <= 60 ? title : `${title.slice(0, 59).trimEnd()}…`,
-      source: result.sourcePieces, output: result.outputPieces,
+      source: sentence.sourcePieces, output: sentence.outputPieces,
     };
     for (const kind of ["encoder", "decoder", "cross"]) {
-      packed[kind] = result.attention[kind].map(heads => heads.map(grid =>
+      packed[kind] = sentence.attention[kind].map(heads => heads.map(grid =>
         grid.map((row, q) => row.slice(0, kind === "decoder" ? q + 1 : row.length)
           .map(w => codes(Math.round(w * 1000))).join("")).join("")));
     }
     return packed;
   }
 
-  // the attention explorer (explorer.js) on the sentences translated here,
-  // newest first
+  // the attention explorer (explorer.js) on the sentences of the text translated last,
+  // one entry a sentence (a sentence the text repeats: once)
   function showAttention(tx, result) {
     const shell = tx.root.querySelector("template.tx-explorer");
     const code = tx.root.querySelector("script.tx-explorer-script");
+    const place = tx.$(".tx-attention");
     if (!shell || !code) return;
     const {digits, small} = JSON.parse(shell.dataset.packing);
-    const history = tx.history;
-    const list = history[result.direction] = history[result.direction] || [];
-    list.unshift(packSentence(result, digits, small));
-    list.length = Math.min(list.length, 8);
-    const names = [result.direction,
-      ...Object.keys(history).filter(d => d !== result.direction)];
+    const drawn = result.sentences.filter((s, i, all) => s.attention
+      && all.findIndex(other => other.source === s.source) === i);
+    if (!drawn.length) {
+      place.textContent =
+        `The attention maps are drawn for sentences of at most ${MAX_MAP} pieces.`;
+      return;
+    }
     const box = document.createElement("div");
     box.id = shell.dataset.id;
     box.className = "attnx";
     box.append(shell.content.cloneNode(true));
-    // explorer_html's direction menu
+    // explorer_html's direction menu: one direction here, so hidden
     const menu = box.querySelector("select[name=direction]");
-    names.forEach((name, i) => menu.add(new Option(name, i)));
+    menu.add(new Option(result.direction, 0));
+    menu.closest("label").hidden = true;
     const data = document.createElement("script");
     data.type = "application/json";
     data.className = "attnx-data";
-    data.textContent =
-      JSON.stringify(names.map(name => ({name, sentences: history[name]})));
+    data.textContent = JSON.stringify([{name: result.direction,
+      sentences: drawn.map(s => packSentence(s, digits, small))}]);
     box.append(data);
-    tx.$(".tx-attention").replaceChildren(box);
+    place.replaceChildren(box);
     // runs as it joins the page, in box
     const run = document.createElement("script");
     run.textContent = code.textContent;
