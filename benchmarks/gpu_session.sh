@@ -39,7 +39,8 @@ case "$stage" in
 pack)
   mkdir -p .gpu/multi30k .gpu/site
   cp "${SHARED_CORPUS:-../shared/data/multi30k}"/{SHA256SUMS,*.gz} .gpu/multi30k/
-  site=$("$py" -c "import platformdirs, pathlib; print(pathlib.Path(platformdirs.__file__).parent)")
+  # (without .gpu/site on the path, which would find the copy a previous pack made)
+  site=$(PYTHONPATH=src "$py" -c "import platformdirs, pathlib; print(pathlib.Path(platformdirs.__file__).parent)")
   cp -r "$site" .gpu/site/
   # the tokenizers of the grids' vocabulary sizes, trained once here rather than in a trial
   "$py" -c "from transformer.tokenizer import multi30k_tokenizer as t; [t(v) for v in (4000, 8000, 16000)]"
