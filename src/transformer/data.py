@@ -30,7 +30,8 @@ SPLIT_SIZES = {
     "val": 1014,
     "test_2016_flickr": 1000,
 }  # sentences per split
-LANGUAGES = ("en", "de", "fr", "cs")
+# the release's languages by code, with the names a page shows them by
+LANGUAGES = {"en": "English", "de": "German", "fr": "French", "cs": "Czech"}
 # one line per file of the release, as `sha256sum` prints it
 _SHA256SUMS = """
 200a4a74cc9560f051924abb9803be008d1908d77f747e9141aeb86dfd2797f1  test_2016_flickr.cs.gz

@@ -2,7 +2,6 @@
 
 # %% auto #0
 __all__ = [
-    "LANGUAGES",
     "FIRST",
     "download_mb",
     "recorded_benchmark",
@@ -18,6 +17,7 @@ import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from .data import LANGUAGES
 from .explorer import (
     DIGITS,
     ELEMENT_ID,
@@ -29,7 +29,6 @@ from .explorer import (
 from .pretrained import WEIGHTS, read_manifest, shipped_entry
 
 # %% ../../notebooks/18_javascript.ipynb #4fa2637b
-LANGUAGES = {"en": "English", "de": "German"}
 FIRST = "en-de"  # the direction the translator starts with, the book's main one
 
 
