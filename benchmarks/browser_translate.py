@@ -93,18 +93,19 @@ def cpu_model() -> str:
 
 
 class Offline:
-    """A fresh page from disk; any request off the machine is blocked and counted."""
+    """A fresh page from disk, ready once `ready` (a CSS selector) shows; any request off
+    the machine is blocked and counted (a worker's blob: URL is local)."""
 
-    def __init__(self, browser, page: Path):
+    def __init__(self, browser, page: Path, ready: str = f"#{ID} textarea"):
         self.blocked = []
         self.context = browser.new_context()
         self.context.route("**/*", self.route)
         self.page = self.context.new_page()
         self.page.goto(page.as_uri())
-        self.page.wait_for_selector(f"#{ID} textarea")
+        self.page.wait_for_selector(ready)
 
     def route(self, route):
-        if urlparse(route.request.url).scheme in ("file", "data", "about"):
+        if urlparse(route.request.url).scheme in ("file", "data", "about", "blob"):
             route.continue_()
         else:
             self.blocked.append(route.request.url)

@@ -252,7 +252,9 @@ def height_problems(page: str, state: dict) -> list[str]:
         kind = "an appendix" if appendix else "a main-line page"
         problems.append(f"{state['height']:,} px tall at 1280 px, over {limit:,} for {kind}")
     if top is not None and (state["translatorTop"] is None or state["translatorTop"] >= top):
-        problems.append(f"the translator box starts at {state['translatorTop']} px, not above {top}")
+        problems.append(
+            f"the translator box starts at {state['translatorTop']} px, not above {top}"
+        )
     if state["tables"]:
         problems.append(f"tables wider than the text column: {state['tables'][:5]}")
     return problems

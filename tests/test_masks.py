@@ -171,7 +171,11 @@ def test_masks_follow_the_device_and_int32_ids():
         (lambda: causal_mask(-3), ValueError, "got -3"),
         (lambda: causal_mask(2.0), ValueError, "got 2.0"),
         (lambda: causal_mask(True), ValueError, "got True"),
-        (lambda: causal_mask(2, start=False), ValueError, "start must be a non-negative integer, got False"),
+        (
+            lambda: causal_mask(2, start=False),
+            ValueError,
+            "start must be a non-negative integer, got False",
+        ),
         (
             lambda: causal_mask(2, start=-1),
             ValueError,

@@ -50,8 +50,8 @@ def _check_ids(ids: Tensor) -> None:
 
 
 def check_int(value, what: str, positive: bool = True) -> int:
-    """`value` if it is an int (not a bool) above 0, or from 0 with positive=False; else a
-    ValueError naming `what`. The book's one check of a count or a size."""
+    """`value` if it is an int (not a bool) above 0, or from 0 with positive=False;
+    else a ValueError naming `what`. The book's one check of a count or a size."""
     if type(value) is not int or value < (1 if positive else 0):
         kind = "positive" if positive else "non-negative"
         raise ValueError(f"{what} must be a {kind} integer, got {value!r}")

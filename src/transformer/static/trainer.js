@@ -271,13 +271,89 @@ function transformerTrainerModule(scope) {
     }
   }
 
-  // X^T (cols, rows) of X (rows, cols), in X's array type
-  function transpose(X, rows, cols) {
-    const T = new X.constructor(rows * cols);
-    for (let r = 0; r < rows; r++) {
-      for (let c = 0; c < cols; c++) T[c * rows + r] = X[r * cols + c];
+  // C (m, n) += A^T B, A (k, m), B (k, n): the parameter gradients dW = dy^T x, read in
+  // place (no transposed copies); blocks of 4 x 4 as matmulNT, k running down the rows
+  function matmulTN(A, m, B, k, n, C) {
+    const m4 = m - (m % 4), n4 = n - (n % 4);
+    for (let o = 0; o < m4; o += 4) {
+      for (let i = 0; i < n4; i += 4) {
+        let s00 = 0, s01 = 0, s02 = 0, s03 = 0, s10 = 0, s11 = 0, s12 = 0, s13 = 0;
+        let s20 = 0, s21 = 0, s22 = 0, s23 = 0, s30 = 0, s31 = 0, s32 = 0, s33 = 0;
+        for (let r = 0, a = o, b = i; r < k; r++, a += m, b += n) {
+          const u0 = B[b], u1 = B[b + 1], u2 = B[b + 2], u3 = B[b + 3];
+          let x = A[a];
+          s00 += x * u0; s01 += x * u1; s02 += x * u2; s03 += x * u3;
+          x = A[a + 1];
+          s10 += x * u0; s11 += x * u1; s12 += x * u2; s13 += x * u3;
+          x = A[a + 2];
+          s20 += x * u0; s21 += x * u1; s22 += x * u2; s23 += x * u3;
+          x = A[a + 3];
+          s30 += x * u0; s31 += x * u1; s32 += x * u2; s33 += x * u3;
+        }
+        let c = o * n + i;
+        C[c] += s00; C[c + 1] += s01; C[c + 2] += s02; C[c + 3] += s03;
+        c += n;
+        C[c] += s10; C[c + 1] += s11; C[c + 2] += s12; C[c + 3] += s13;
+        c += n;
+        C[c] += s20; C[c + 1] += s21; C[c + 2] += s22; C[c + 3] += s23;
+        c += n;
+        C[c] += s30; C[c + 1] += s31; C[c + 2] += s32; C[c + 3] += s33;
+      }
     }
-    return T;
+    for (let o = 0; o < m; o++) {  // the edges
+      for (let i = o < m4 ? n4 : 0; i < n; i++) {
+        let s = 0;
+        for (let r = 0; r < k; r++) s += A[r * m + o] * B[r * n + i];
+        C[o * n + i] += s;
+      }
+    }
+  }
+
+  // C (m, n) = A (m, k) B (k, n), or += with `add`: the input gradients dx = dy W, W
+  // read in place; blocks of 4 x 4
+  function matmulNN(A, m, B, k, n, C, add) {
+    const m4 = m - (m % 4), n4 = n - (n % 4);
+    for (let r = 0; r < m4; r += 4) {
+      const a0 = r * k, a1 = a0 + k, a2 = a1 + k, a3 = a2 + k;
+      for (let o = 0; o < n4; o += 4) {
+        let s00 = 0, s01 = 0, s02 = 0, s03 = 0, s10 = 0, s11 = 0, s12 = 0, s13 = 0;
+        let s20 = 0, s21 = 0, s22 = 0, s23 = 0, s30 = 0, s31 = 0, s32 = 0, s33 = 0;
+        for (let i = 0, b = o; i < k; i++, b += n) {
+          const u0 = B[b], u1 = B[b + 1], u2 = B[b + 2], u3 = B[b + 3];
+          let x = A[a0 + i];
+          s00 += x * u0; s01 += x * u1; s02 += x * u2; s03 += x * u3;
+          x = A[a1 + i];
+          s10 += x * u0; s11 += x * u1; s12 += x * u2; s13 += x * u3;
+          x = A[a2 + i];
+          s20 += x * u0; s21 += x * u1; s22 += x * u2; s23 += x * u3;
+          x = A[a3 + i];
+          s30 += x * u0; s31 += x * u1; s32 += x * u2; s33 += x * u3;
+        }
+        let c = r * n + o;
+        if (add) {
+          s00 += C[c]; s01 += C[c + 1]; s02 += C[c + 2]; s03 += C[c + 3];
+          s10 += C[c + n]; s11 += C[c + n + 1]; s12 += C[c + n + 2]; s13 += C[c + n + 3];
+          c += 2 * n;
+          s20 += C[c]; s21 += C[c + 1]; s22 += C[c + 2]; s23 += C[c + 3];
+          s30 += C[c + n]; s31 += C[c + n + 1]; s32 += C[c + n + 2]; s33 += C[c + n + 3];
+          c = r * n + o;
+        }
+        C[c] = s00; C[c + 1] = s01; C[c + 2] = s02; C[c + 3] = s03;
+        c += n;
+        C[c] = s10; C[c + 1] = s11; C[c + 2] = s12; C[c + 3] = s13;
+        c += n;
+        C[c] = s20; C[c + 1] = s21; C[c + 2] = s22; C[c + 3] = s23;
+        c += n;
+        C[c] = s30; C[c + 1] = s31; C[c + 2] = s32; C[c + 3] = s33;
+      }
+    }
+    for (let r = 0; r < m; r++) {  // the edges
+      for (let o = r < m4 ? n4 : 0; o < n; o++) {
+        let s = 0;
+        for (let i = 0; i < k; i++) s += A[r * k + i] * B[i * n + o];
+        C[r * n + o] = add ? C[r * n + o] + s : s;
+      }
+    }
   }
 
   // y (rows, n_out) = x (rows, n_in) W^T + b: nn.Linear, W (n_out, n_in) as PyTorch
@@ -293,21 +369,17 @@ function transformerTrainerModule(scope) {
   // dx (rows, n_in) = dy (rows, n_out) W, the gradient of linear's input; with `add`,
   // dx += dy W
   function linearInputGrad(dy, rows, W, n_in, n_out, dx, add) {
-    const product = add ? new dx.constructor(rows * n_in) : dx;
-    matmulNT(dy, rows, transpose(W, n_out, n_in), n_out, n_in, product);
-    if (add) addInto(dx, product);
+    matmulNN(dy, rows, W, n_out, n_in, dx, add);
   }
 
   // dW (n_out, n_in) += dy^T x and db (n_out,) += the sum of dy's rows: linear's
   // parameter gradients, dy (rows, n_out), x (rows, n_in); db may be null
   function linearParamGrad(dy, x, rows, n_in, n_out, dW, db) {
-    const dyT = transpose(dy, rows, n_out), product = new dW.constructor(n_out * n_in);
-    matmulNT(dyT, n_out, transpose(x, rows, n_in), rows, n_in, product);
-    addInto(dW, product);
+    matmulTN(dy, n_out, x, rows, n_in, dW);
     if (!db) return;
     for (let o = 0; o < n_out; o++) {
       let sum = 0;
-      for (let r = 0; r < rows; r++) sum += dyT[o * rows + r];
+      for (let r = 0; r < rows; r++) sum += dy[r * n_out + o];
       db[o] += sum;
     }
   }
@@ -319,73 +391,60 @@ function transformerTrainerModule(scope) {
 
   // ---------------------------------------------------------------- attention
 
-  // The masks, 1 = may attend (masks.py):
-  // encoder_mask (B, S, S): a real query and a real key;
-  // the decoder's causal flag (B, T, T): key <= query (no padding mask: model._decode
-  //   passes is_causal=True; a pad target's row is ignored by the loss);
-  // the cross mask (B, T, S): a real source key (padding_mask(src)[:, None, None, :]).
-  function encoderMask(src, B, S) {
-    const mask = new Uint8Array(B * S * S);
+  // Only the real positions are computed, packed: padding changes no real position's
+  // value or gradient (masks.py: no real query attends to a pad key, the loss ignores
+  // pad targets, and the decoder's pads come after every real query), so the rows of
+  // the padded (B*seq, D) arrays that hold padding are left out. A pack: sentence b's
+  // rows start[b] .. start[b] + len[b] - 1, their ids and positions. The masks follow:
+  // encoder_mask: a key j < len[b]; the causal flag: j <= i; the cross mask: j < len[b].
+  function packRows(ids, B, seq, len) {
+    const start = new Int32Array(B + 1);
+    for (let b = 0; b < B; b++) start[b + 1] = start[b] + len[b];
+    const n = start[B], packed = new Int32Array(n), pos = new Int32Array(n);
     for (let b = 0; b < B; b++) {
-      for (let i = 0; i < S; i++) {
-        for (let j = 0; j < S; j++) {
-          const real = src[b * S + i] !== PAD_ID && src[b * S + j] !== PAD_ID;
-          mask[(b * S + i) * S + j] = real;
-        }
+      for (let t = 0; t < len[b]; t++) {
+        packed[start[b] + t] = ids[b * seq + t];
+        pos[start[b] + t] = t;
       }
     }
-    return mask;
+    return {B, seq, n, start, len, ids: packed, pos};
   }
 
-  function causalMask(B, T) {
-    const mask = new Uint8Array(B * T * T);
+  // each row's real length, up to its first PAD (collate pads on the right)
+  function lengthsOf(ids, B, seq) {
+    const len = new Int32Array(B);
     for (let b = 0; b < B; b++) {
-      for (let i = 0; i < T; i++) mask.fill(1, (b * T + i) * T, (b * T + i) * T + i + 1);
+      while (len[b] < seq && ids[b * seq + len[b]] !== PAD_ID) len[b] += 1;
     }
-    return mask;
-  }
-
-  function crossMask(src, B, S, T) {
-    const mask = new Uint8Array(B * T * S);
-    for (let b = 0; b < B; b++) {
-      for (let i = 0; i < T; i++) {
-        for (let j = 0; j < S; j++) mask[(b * T + i) * S + j] = src[b * S + j] !== PAD_ID;
-      }
-    }
-    return mask;
+    return len;
   }
 
   // Attention(Q, K, V) = softmax(Q K^T / sqrt(d_head)) V (eq. 1) for every sentence and
-  // head: q (B*Tq, I), k and v (B*Tk, I), head h in columns h d_head.. (h+1) d_head;
-  // mask (B, Tq, Tk). The weights P (B, H, Tq, Tk) and the output ctx (B*Tq, I). A query
-  // with no key allowed gets zero weights and a zero output (attention.py).
-  function attend(q, k, v, dims, mask, P, ctx) {
-    const {B, H, dh, Tq, Tk} = dims, I = H * dh, scale = 1 / Math.sqrt(dh);
-    const s = new Float64Array(Tk), acc = new Float64Array(dh);
-    for (let b = 0; b < B; b++) {
+  // head: q (queries' rows, I), k and v (keys' rows, I), head h in columns h d_head..
+  // (h+1) d_head; dims.q and dims.k the packs, dims.causal. The weights P (B, H, Tq, Tk)
+  // (0 where masked) and the output ctx (queries' rows, I). A query with no key allowed
+  // gets zero weights and a zero output (attention.py).
+  function attend(q, k, v, dims, P, ctx) {
+    const {H, dh, causal, q: Q, k: K} = dims, I = H * dh, scale = 1 / Math.sqrt(dh);
+    const s = new Float64Array(K.seq), acc = new Float64Array(dh);
+    for (let b = 0; b < Q.B; b++) {
       for (let h = 0; h < H; h++) {
-        for (let i = 0; i < Tq; i++) {
-          const qi = (b * Tq + i) * I + h * dh, m0 = (b * Tq + i) * Tk;
-          const p0 = ((b * H + h) * Tq + i) * Tk;
-          let max = -Infinity;
-          for (let j = 0; j < Tk; j++) {
-            s[j] = -Infinity;
-            if (!mask[m0 + j]) continue;
-            const kj = (b * Tk + j) * I + h * dh;
+        for (let i = 0; i < Q.len[b]; i++) {
+          const qi = (Q.start[b] + i) * I + h * dh, p0 = ((b * H + h) * Q.seq + i) * K.seq;
+          const keys = causal ? Math.min(i + 1, K.len[b]) : K.len[b];
+          let max = -Infinity, sum = 0;
+          for (let j = 0; j < keys; j++) {
+            const kj = (K.start[b] + j) * I + h * dh;
             let dot = 0;
             for (let c = 0; c < dh; c++) dot += q[qi + c] * k[kj + c];
             s[j] = dot * scale;
             if (s[j] > max) max = s[j];
           }
-          let sum = 0;
-          for (let j = 0; j < Tk; j++) {
-            s[j] = s[j] === -Infinity ? 0 : Math.exp(s[j] - max);
-            sum += s[j];
-          }
+          for (let j = 0; j < keys; j++) sum += (s[j] = Math.exp(s[j] - max));
           acc.fill(0);
-          for (let j = 0; j < Tk; j++) {
-            P[p0 + j] = sum > 0 ? s[j] / sum : 0;
-            const w = P[p0 + j], vj = (b * Tk + j) * I + h * dh;
+          for (let j = 0; j < keys; j++) {
+            P[p0 + j] = s[j] / sum;
+            const w = P[p0 + j], vj = (K.start[b] + j) * I + h * dh;
             if (w !== 0) for (let c = 0; c < dh; c++) acc[c] += w * v[vj + c];
           }
           for (let c = 0; c < dh; c++) ctx[qi + c] = acc[c];
@@ -394,30 +453,31 @@ function transformerTrainerModule(scope) {
     }
   }
 
-  // attend's backward, dctx (B*Tq, I) -> dq (B*Tq, I), dk and dv (B*Tk, I), overwritten:
+  // attend's backward, dctx -> dq, dk and dv, overwritten:
   // dP = dctx V^T, dS = P * (dP - rowsum(P * dP)) (the softmax's Jacobian),
   // dQ = dS K / sqrt(d_head), dK = dS^T Q / sqrt(d_head), dV = P^T dctx.
   function attendBackward(q, k, v, dims, P, dctx, dq, dk, dv) {
-    const {B, H, dh, Tq, Tk} = dims, I = H * dh, scale = 1 / Math.sqrt(dh);
-    const dP = new Float64Array(Tk), acc = new Float64Array(dh);
+    const {H, dh, causal, q: Q, k: K} = dims, I = H * dh, scale = 1 / Math.sqrt(dh);
+    const dP = new Float64Array(K.seq), acc = new Float64Array(dh);
     dk.fill(0);
     dv.fill(0);
-    for (let b = 0; b < B; b++) {
+    for (let b = 0; b < Q.B; b++) {
       for (let h = 0; h < H; h++) {
-        for (let i = 0; i < Tq; i++) {
-          const qi = (b * Tq + i) * I + h * dh, p0 = ((b * H + h) * Tq + i) * Tk;
+        for (let i = 0; i < Q.len[b]; i++) {
+          const qi = (Q.start[b] + i) * I + h * dh, p0 = ((b * H + h) * Q.seq + i) * K.seq;
+          const keys = causal ? Math.min(i + 1, K.len[b]) : K.len[b];
           let dot = 0;
-          for (let j = 0; j < Tk; j++) {
-            const w = P[p0 + j], vj = (b * Tk + j) * I + h * dh;
-            if (w === 0) continue;  // masked (or underflowed): no gradient either way
+          for (let j = 0; j < keys; j++) {
+            const w = P[p0 + j], vj = (K.start[b] + j) * I + h * dh;
+            if (w === 0) continue;  // underflowed: no gradient either way
             let g = 0;
             for (let c = 0; c < dh; c++) g += dctx[qi + c] * v[vj + c];
             dP[j] = g;
             dot += w * g;
           }
           acc.fill(0);
-          for (let j = 0; j < Tk; j++) {
-            const w = P[p0 + j], kj = (b * Tk + j) * I + h * dh;
+          for (let j = 0; j < keys; j++) {
+            const w = P[p0 + j], kj = (K.start[b] + j) * I + h * dh;
             if (w === 0) continue;
             const ds = w * (dP[j] - dot) * scale;
             for (let c = 0; c < dh; c++) {
@@ -434,16 +494,17 @@ function transformerTrainerModule(scope) {
 
   // MultiHead(x, y) = Concat(head_1..head_h) W^O + b^O, head_i = Attention(x W_i^Q,
   // y W_i^K, y W_i^V) (section 3.2.2): y = x for self-attention, the memory for
-  // cross-attention. x (B*Tq, D), y (B*Tk, D) -> tape.out (B*Tq, D).
-  function multiHeadAttention(model, p, x, y, dims, mask) {
+  // cross-attention. x (queries' rows, D), y (keys' rows, D) -> tape.out (like x).
+  function multiHeadAttention(model, p, x, y, dims) {
     const D = model.c.d_model, I = dims.H * dims.dh, Float = model.Float;
-    const rowsQ = dims.B * dims.Tq, rowsK = dims.B * dims.Tk;
+    const rowsQ = dims.q.n, rowsK = dims.k.n;
     const q = new Float(rowsQ * I), k = new Float(rowsK * I), v = new Float(rowsK * I);
     linear(x, rowsQ, p.w_q, p.b_q, D, I, q);  // (B*Tq, I)
     linear(y, rowsK, p.w_k, p.b_k, D, I, k);  // (B*Tk, I)
     linear(y, rowsK, p.w_v, p.b_v, D, I, v);
-    const P = new Float(dims.B * dims.H * dims.Tq * dims.Tk), ctx = new Float(rowsQ * I);
-    attend(q, k, v, dims, mask, P, ctx);
+    const P = new Float(dims.q.B * dims.H * dims.q.seq * dims.k.seq);
+    const ctx = new Float(rowsQ * I);
+    attend(q, k, v, dims, P, ctx);
     const out = new Float(rowsQ * D);
     linear(ctx, rowsQ, p.out_proj.weight, p.out_proj.bias, I, D, out);  // (B*Tq, D)
     return {x, y, q, k, v, P, ctx, out, dims};
@@ -454,7 +515,7 @@ function transformerTrainerModule(scope) {
   // W^V, W^O and their biases go into g.
   function multiHeadAttentionBackward(model, p, g, t, dout, dx, dy) {
     const D = model.c.d_model, dims = t.dims, I = dims.H * dims.dh, Float = model.Float;
-    const rowsQ = dims.B * dims.Tq, rowsK = dims.B * dims.Tk;
+    const rowsQ = dims.q.n, rowsK = dims.k.n;
     const dctx = new Float(rowsQ * I);
     linearParamGrad(dout, t.ctx, rowsQ, I, D, g.out_proj.weight, g.out_proj.bias);
     linearInputGrad(dout, rowsQ, p.out_proj.weight, I, D, dctx, false);
@@ -471,21 +532,21 @@ function transformerTrainerModule(scope) {
   // ---------------------------------------------------------------- layers
 
   // x (rows, D) = sqrt(D) E[ids] + PE[position]: embeddings.TransformerEmbedding
-  // (sections 3.4 and 3.5), ids (B, seq) -> rows B*seq
-  function embed(model, ids, seq, x) {
+  // (sections 3.4 and 3.5), a pack's ids and positions -> its rows
+  function embed(model, pack, x) {
     const D = model.c.d_model, E = model.p.embedding, pe = model.pe, r = model.round;
     const scale = Math.sqrt(D);
-    for (let row = 0; row < ids.length; row++) {
-      const e = ids[row] * D, pos = (row % seq) * D;
+    for (let row = 0; row < pack.n; row++) {
+      const e = pack.ids[row] * D, pos = pack.pos[row] * D;
       for (let i = 0; i < D; i++) x[row * D + i] = r(E[e + i] * scale) + pe[pos + i];
     }
   }
 
   // embed's backward: dE[ids[row]] += sqrt(D) dx[row], dx (rows, D)
-  function embedBackward(model, ids, dx) {
+  function embedBackward(model, pack, dx) {
     const D = model.c.d_model, dE = model.g.embedding, scale = Math.sqrt(D);
-    for (let row = 0; row < ids.length; row++) {
-      const e = ids[row] * D;
+    for (let row = 0; row < pack.n; row++) {
+      const e = pack.ids[row] * D;
       for (let i = 0; i < D; i++) dE[e + i] += scale * dx[row * D + i];
     }
   }
@@ -564,9 +625,9 @@ function transformerTrainerModule(scope) {
   }
 
   // EncoderLayer, post-LN (section 3.1): x = LN(x + SelfAttn(x)), x = LN(x + FFN(x));
-  // x (B*S, D), mask (B, S, S)
-  function encoderLayer(model, p, x, dims, mask) {
-    const attn = multiHeadAttention(model, p.self_attn, x, x, dims, mask);
+  // x (source rows, D)
+  function encoderLayer(model, p, x, dims) {
+    const attn = multiHeadAttention(model, p.self_attn, x, x, dims);
     const r1 = residual(model, p.attn_residual, x, attn.out);
     const ff = feedForward(model, p.feed_forward, r1.y);
     const r2 = residual(model, p.ff_residual, r1.y, ff.out);
@@ -586,12 +647,12 @@ function transformerTrainerModule(scope) {
   }
 
   // DecoderLayer, post-LN: y = LN(y + SelfAttn(y, causal)), y = LN(y + CrossAttn(y,
-  // memory)), y = LN(y + FFN(y)); y (B*T, D), memory (B*S, D)
-  function decoderLayer(model, p, y, memory, dims, masks) {
-    const self = multiHeadAttention(model, p.self_attn, y, y, dims.self, masks.self);
+  // memory)), y = LN(y + FFN(y)); y (target rows, D), memory (source rows, D)
+  function decoderLayer(model, p, y, memory, dims) {
+    const self = multiHeadAttention(model, p.self_attn, y, y, dims.self);
     const r1 = residual(model, p.self_residual, y, self.out);
     const cross = multiHeadAttention(
-      model, p.cross_attn, r1.y, memory, dims.cross, masks.cross);
+      model, p.cross_attn, r1.y, memory, dims.cross);
     const r2 = residual(model, p.cross_residual, r1.y, cross.out);
     const ff = feedForward(model, p.feed_forward, r2.y);
     const r3 = residual(model, p.ff_residual, r2.y, ff.out);
@@ -618,47 +679,55 @@ function transformerTrainerModule(scope) {
 
   // ---------------------------------------------------------------- the model
 
-  // Transformer.encode: src (B, S) -> memory (B*S, D), with every layer's tape
+  // Transformer.encode: src (B, S) -> memory (source rows, D), with every layer's tape
   function encode(model, src, B, S) {
-    const c = model.c, x = new model.Float(B * S * c.d_model);
-    embed(model, src, S, x);
-    const mask = encoderMask(src, B, S);
-    const dims = {B, H: c.n_heads, dh: c.d_head, Tq: S, Tk: S};
+    const c = model.c, pack = packRows(src, B, S, lengthsOf(src, B, S));
+    const x = new model.Float(pack.n * c.d_model);
+    embed(model, pack, x);
+    const dims = {H: c.n_heads, dh: c.d_head, q: pack, k: pack, causal: false};
     const layers = [];
     let h = x;
     for (const p of model.p.encoder) {
-      layers.push(encoderLayer(model, p, h, dims, mask));
+      layers.push(encoderLayer(model, p, h, dims));
       h = layers[layers.length - 1].y;
     }
-    return {src, B, S, layers, memory: h};
+    return {src, B, S, pack, layers, memory: h};
   }
 
-  // Transformer._decode without a cache: tgt_in (B, T) and the memory -> the logits
-  // h E^T (B*T, V), the pre-softmax projection tied to the table (section 3.4)
-  function decode(model, enc, tgtIn, T) {
-    const c = model.c, {B, S} = enc, y = new model.Float(B * T * c.d_model);
-    embed(model, tgtIn, T, y);
-    const masks = {self: causalMask(B, T), cross: crossMask(enc.src, B, S, T)};
-    const dims = {self: {B, H: c.n_heads, dh: c.d_head, Tq: T, Tk: T},
-      cross: {B, H: c.n_heads, dh: c.d_head, Tq: T, Tk: S}};
+  // Transformer._decode without a cache: tgt_in (B, T), each row's real length `len`
+  // (all T if not given), and the memory -> the logits h E^T (target rows, V), the
+  // pre-softmax projection tied to the table (section 3.4)
+  function decode(model, enc, tgtIn, T, len = new Int32Array(enc.B).fill(T)) {
+    const c = model.c, pack = packRows(tgtIn, enc.B, T, len);
+    const y = new model.Float(pack.n * c.d_model);
+    embed(model, pack, y);
+    const dims = {self: {H: c.n_heads, dh: c.d_head, q: pack, k: pack, causal: true},
+      cross: {H: c.n_heads, dh: c.d_head, q: pack, k: enc.pack, causal: false}};
     const layers = [];
     let h = y;
     for (const p of model.p.decoder) {
-      layers.push(decoderLayer(model, p, h, enc.memory, dims, masks));
+      layers.push(decoderLayer(model, p, h, enc.memory, dims));
       h = layers[layers.length - 1].y;
     }
-    const logits = new model.Float(B * T * c.vocab);
-    linear(h, B * T, model.p.embedding, null, c.d_model, c.vocab, logits);
-    return {tgtIn, T, layers, h, logits};
+    const logits = new model.Float(pack.n * c.vocab);
+    linear(h, pack.n, model.p.embedding, null, c.d_model, c.vocab, logits);
+    return {tgtIn, T, pack, layers, h, logits};
+  }
+
+  // the encoder and decoder passes of a batch, and its targets at the decoder's rows
+  function run(model, batch) {
+    const enc = encode(model, batch.src, batch.B, batch.S);
+    const len = lengthsOf(batch.tgtOut, batch.B, batch.T);
+    const dec = decode(model, enc, batch.tgtIn, batch.T, len);
+    return {enc, dec, target: packRows(batch.tgtOut, batch.B, batch.T, len).ids};
   }
 
   // Transformer.forward and the loss, for training: the tape of the whole pass
   function forward(model, batch, eps = 0.1) {
-    const enc = encode(model, batch.src, batch.B, batch.S);
-    const dec = decode(model, enc, batch.tgtIn, batch.T);
+    const {enc, dec, target} = run(model, batch);
     const dlogits = new model.Float(dec.logits.length);
-    const loss = labelSmoothedLoss(dec.logits, batch.tgtOut, model.c.vocab, eps, dlogits);
-    return {batch, enc, dec, dlogits, loss};
+    const loss = labelSmoothedLoss(dec.logits, target, model.c.vocab, eps, dlogits);
+    return {batch, enc, dec, target, dlogits, loss};
   }
 
   // The backward pass of forward's tape: every parameter's gradient into model.grads
@@ -667,21 +736,21 @@ function transformerTrainerModule(scope) {
     const c = model.c, g = model.g, p = model.p, {enc, dec} = tape;
     for (const grad of Object.values(model.grads)) grad.fill(0);
     // the tied projection: dh = dlogits E, dE += dlogits^T h
-    const rowsT = enc.B * dec.T, dh = new model.Float(rowsT * c.d_model);
+    const rowsT = dec.pack.n, dh = new model.Float(rowsT * c.d_model);
     linearParamGrad(tape.dlogits, dec.h, rowsT, c.d_model, c.vocab, g.embedding, null);
     linearInputGrad(tape.dlogits, rowsT, p.embedding, c.d_model, c.vocab, dh, false);
-    const dmemory = new model.Float(enc.B * enc.S * c.d_model);
+    const dmemory = new model.Float(enc.pack.n * c.d_model);
     let dy = dh;
     for (let l = c.n_layers - 1; l >= 0; l--) {
       dy = decoderLayerBackward(
         model, p.decoder[l], g.decoder[l], dec.layers[l], dy, dmemory);
     }
-    embedBackward(model, dec.tgtIn, dy);
+    embedBackward(model, dec.pack, dy);
     let dx = dmemory;
     for (let l = c.n_layers - 1; l >= 0; l--) {
       dx = encoderLayerBackward(model, p.encoder[l], g.encoder[l], enc.layers[l], dx);
     }
-    embedBackward(model, enc.src, dx);
+    embedBackward(model, enc.pack, dx);
   }
 
   // ---------------------------------------------------------------- loss and update
@@ -777,6 +846,9 @@ function transformerTrainerModule(scope) {
       settings.factor ?? 1);
     if (Number.isFinite(norm)) adamUpdate(model, lr);
     model.schedulerSteps += 1;
+    // the batch's exact match before the update, for free: when to ask the held-out set
+    model.batchExact = exactMatches(tape.dec.logits, tape.target, tape.dec.pack,
+      model.c.vocab) / batch.B;
     return tape.loss;
   }
 
@@ -785,20 +857,22 @@ function transformerTrainerModule(scope) {
   // The loss and the exact-match rate of a batch, teacher-forced as chapter 11 counts
   // it: a sentence is right when the argmax is the target at every non-pad position
   function evaluate(model, batch, eps = 0.1) {
-    const enc = encode(model, batch.src, batch.B, batch.S);
-    const dec = decode(model, enc, batch.tgtIn, batch.T);
-    const V = model.c.vocab;
-    const loss = labelSmoothedLoss(dec.logits, batch.tgtOut, V, eps, null);
+    const {dec, target} = run(model, batch), V = model.c.vocab;
+    const loss = labelSmoothedLoss(dec.logits, target, V, eps, null);
+    return {loss, exactMatch: exactMatches(dec.logits, target, dec.pack, V) / batch.B};
+  }
+
+  // how many sentences of a pack have the argmax right at every position
+  function exactMatches(logits, target, pack, V) {
     let exact = 0;
-    for (let b = 0; b < batch.B; b++) {
+    for (let b = 0; b < pack.B; b++) {
       let right = true;
-      for (let t = 0; t < batch.T && right; t++) {
-        const row = b * batch.T + t, target = batch.tgtOut[row];
-        if (target !== PAD_ID) right = argmax(dec.logits, row * V, V) === target;
+      for (let t = pack.start[b]; t < pack.start[b + 1] && right; t++) {
+        right = argmax(logits, t * V, V) === target[t];
       }
       exact += right;
     }
-    return {loss, exactMatch: exact / batch.B};
+    return exact;
   }
 
   function argmax(values, start, n) {
@@ -850,6 +924,7 @@ function transformerTrainerModule(scope) {
       watch: message => {
         state.typed = message.typed ?? state.typed;
         state.example = message.example ?? state.example;
+        state.lastView = -Infinity;  // a running loop shows it after its slice
         if (!state.running && state.model) post({type: "view", view: view(state)});
       },
       run: message => runHeadless(state, message, post),
@@ -879,19 +954,22 @@ function transformerTrainerModule(scope) {
     post(progress(state, [], true));
   }
 
-  // train for about 60 ms, report, and go on unless paused or reset
+  // train for about 10 ms (a typed sequence waits no longer), report, and go on unless
+  // paused or reset
   function loop(state, post, ticket) {
     if (!state.running || ticket !== state.ticket) return;
     const start = now(), losses = [];
-    while (now() - start < 60) {
+    while (now() - start < 10) {
       losses.push(trainStep(state.model, state.stream.next().value, state.settings));
       state.step += 1;
     }
     state.seconds += (now() - start) / 1000;
     // the held-out set every 2 s and the watched sequences 4 times a second: a small
     // share of the time, even for the chapter's model
-    const time = now(), validate = time - state.lastEval > 2000;
-    post(progress(state, losses, validate, time - state.lastView > 250));
+    // a sequence just typed goes first: the held-out set waits for the next slice
+    const time = now(), asked = state.lastView === -Infinity;
+    const validate = !asked && time - state.lastEval > 2000;
+    post(progress(state, losses, validate, asked || time - state.lastView > 250));
     soon(() => loop(state, post, ticket));
   }
 
@@ -935,24 +1013,37 @@ function transformerTrainerModule(scope) {
       expected: [...source].reverse().concat([EOS_ID]), cross: decoded.cross}};
   }
 
-  // trainReversal's run: message.steps steps as fast as they go, then the held-out
-  // exact match; reports {steps, seconds, losses, exactMatch, ...} once
+  // trainReversal's run, as fast as it goes: message.steps steps, or with
+  // message.target until the held-out exact match reaches it (asked when a batch, before
+  // its update, is within 3 points of it) or message.maxSeconds pass; reports {steps,
+  // seconds, losses, exactMatch, ...} once
   function runHeadless(state, message, post) {
-    const options = message.options || {};
+    const options = message.options || {}, target = message.target;
     initRun(state, options, () => {});
-    const losses = [], steps = message.steps || 100, start = now();
+    const losses = [], start = now(), limit = 1000 * (message.maxSeconds || Infinity);
+    const steps = target ? Infinity : message.steps || 100;
+    let held = null, asked = -Infinity;
+    const done = () => losses.length >= steps || now() - start >= limit
+      || (held && held.exactMatch >= target);
     const step = () => {
       const until = now() + 100;
-      while (losses.length < steps && now() < until) {
+      while (!done() && now() < until) {
         losses.push(trainStep(state.model, state.stream.next().value, state.settings));
+        if (target && state.model.batchExact >= target - 0.03 && losses.length > asked + 10) {
+          asked = losses.length;
+          held = evaluate(state.model, state.heldOut, state.settings.labelSmoothing);
+        }
       }
-      if (losses.length < steps) return void soon(step);
+      if (!done()) return void soon(step);
       const seconds = (now() - start) / 1000;
-      const held = evaluate(state.model, state.heldOut, state.settings.labelSmoothing);
-      post({type: "result", steps, seconds, losses, exactMatch: held.exactMatch,
-        validationLoss: held.loss, stepsPerSecond: steps / seconds,
+      if (!target || !held || held.exactMatch < target) {
+        held = evaluate(state.model, state.heldOut, state.settings.labelSmoothing);
+      }
+      post({type: "result", steps: losses.length, seconds, losses,
+        exactMatch: held.exactMatch, validationLoss: held.loss, reached: !!target
+          && held.exactMatch >= target, stepsPerSecond: losses.length / seconds,
         worker: typeof WorkerGlobalScope !== "undefined", float64: !!options.float64,
-        config: state.model.c});
+        config: state.model.c, heldOut: state.heldOut.B});
     };
     step();
   }

@@ -7,7 +7,10 @@
 //   <div class="reversal-trainer" data-options='{"d_model": 32}'></div> is mounted on
 //   load (reversalTrainer.mountAll(); reversalTrainer.mount(element, options) by hand)
 //   trainReversal(options) -> Promise of {steps, seconds, losses, exactMatch,
-//     validationLoss, stepsPerSecond, worker, config}: a run without a page, for tests
+//     validationLoss, stepsPerSecond, worker, config, reached, heldOut}: a run without a
+//     page, for tests and benchmarks: options.steps steps, or with options.target until
+//     the exact match on options.heldOut (1,000) held-out sequences reaches it or
+//     options.maxSeconds (60) pass
 (() => {
   "use strict";
   if (window.reversalTrainer) {  // the script is on the page twice
@@ -20,8 +23,8 @@
   // d_model 64, 4 heads, 2 layers, d_ff 128)
   const DEFAULTS = {seed: 0, d_model: 32, n_heads: 2, n_layers: 1, warmup: 100, factor: 1,
     labelSmoothing: 0.1, batchSize: 64, heldOut: 200};
-  const CHOICES = {d_model: [16, 32, 64], n_heads: [1, 2, 4], n_layers: [1, 2],
-    factor: [0.25, 0.5, 1, 2, 4], labelSmoothing: [0, 0.05, 0.1, 0.2],
+  const CHOICES = {d_model: [8, 16, 32, 64], n_heads: [1, 2, 4], n_layers: [1, 2],
+    factor: [0.25, 0.5, 1, 2, 4, 100], labelSmoothing: [0, 0.05, 0.1, 0.2],
     warmup: [25, 50, 100, 200, 400]};
   const LIVE = ["factor", "labelSmoothing", "warmup"];  // changed without a reset
 
@@ -63,11 +66,13 @@
     }
   }
 
-  // options: seed, steps (200), d_model, n_heads, d_ff, n_layers, batchSize, warmup,
-  // factor, labelSmoothing, float64, heldOut; trains in a worker (on this thread with
-  // worker: false) and resolves with the run
+  // options: seed, steps (200), target and maxSeconds (60), d_model, n_heads, d_ff,
+  // n_layers, batchSize, warmup, factor, labelSmoothing, float64, heldOut (1,000 with a
+  // target); trains in a worker (on this thread with worker: false) and resolves with
+  // the run
   function trainReversal(options = {}) {
-    const {steps = 200, worker = true, ...rest} = options;
+    const {steps = 200, worker = true, target, maxSeconds = 60, ...rest} = options;
+    if (target && !rest.heldOut) rest.heldOut = 1000;
     return new Promise((resolve, reject) => {
       const runner = startRunner(worker);
       runner.listen(message => {
@@ -79,7 +84,7 @@
           reject(new Error(message.message));
         }
       });
-      runner.post({type: "run", steps, options: {...DEFAULTS, ...rest}});
+      runner.post({type: "run", steps, target, maxSeconds, options: {...DEFAULTS, ...rest}});
     });
   }
 
@@ -126,7 +131,8 @@
     const {ctx, width, height} = context2d(canvas);
     const left = 34, bottom = height - 18, top = 6, right = width - 6;
     const steps = Math.max(100, history.train.length * 1.1);
-    const yMax = Math.max(4, Math.ceil(Math.max(0, ...history.train.slice(0, 20))));
+    const early = history.train.slice(0, 20).filter(Number.isFinite);
+    const yMax = Math.max(4, Math.ceil(Math.max(0, ...early)));
     const x = step => left + (right - left) * step / steps;
     const y = loss => bottom - (bottom - top) * Math.min(loss, yMax) / yMax;
     drawAxes(ctx, {left, right, top, bottom}, steps, yMax, y);
@@ -151,12 +157,14 @@
     for (let s = 0; s < history.train.length; s += perPixel) {
       const bucket = history.train.slice(s, s + perPixel);
       const mean = bucket.reduce((a, b) => a + b, 0) / bucket.length;
+      if (!Number.isFinite(mean)) continue;  // a diverged run: drawn up to there
       if (s === 0) ctx.moveTo(x(s + 1), y(mean));
       else ctx.lineTo(x(s + 1), y(mean));
     }
     ctx.stroke();
     ctx.fillStyle = "#d9480f";
     for (const v of history.validation) {
+      if (!Number.isFinite(v.loss)) continue;
       ctx.beginPath();
       ctx.arc(x(v.step), y(v.loss), 2.5, 0, 2 * Math.PI);
       ctx.fill();
@@ -216,6 +224,7 @@
     .replace(/>/g, "&gt;").replace(/"/g, "&quot;");
 
   function menu(name, label, values, chosen) {
+    if (!values.includes(chosen)) values = [...values, chosen].sort((a, b) => a - b);
     const option = v =>
       `<option value="${v}"${v === chosen ? " selected" : ""}>${esc(v)}</option>`;
     const options = values.map(option).join("");
@@ -272,8 +281,9 @@
     return ui;
   }
 
-  // a new run (a new worker) with the controls' current values
-  function restart(ui) {
+  // a new run (a new worker) with the controls' current values; it starts at once if
+  // `run` (a setting changed while training)
+  function restart(ui, run = false) {
     if (ui.runner) ui.runner.stop();
     const o = ui.options, $ = ui.$;
     o.seed = Math.max(0, Math.floor(Number($("input[name=seed]").value) || 0));
@@ -288,30 +298,42 @@
     watch(ui);
     $("button[name=start]").textContent = "Start";
     ui.root.dataset.state = "ready";
+    if (run) toggle(ui);
+    ui.notice = run ? "a new model for the new setting" : "";
+    schedule(ui);
+  }
+
+  // Start or Pause; `hidden`: paused because the tab is hidden
+  function toggle(ui, hidden = false) {
+    const $ = ui.$;
+    ui.running = !ui.running;
+    ui.hiddenPause = hidden && !ui.running;
+    ui.runner.post({type: ui.running ? "start" : "pause"});
+    $("button[name=start]").textContent = ui.running ? "Pause" : "Start";
+    ui.root.dataset.state = ui.running ? "running" : "paused";
+    if (ui.running) ui.notice = "";
+    if (hidden) ui.notice = "paused while the tab is hidden";
+    schedule(ui);
   }
 
   function bindControls(ui) {
     const $ = ui.$;
-    $("button[name=start]").addEventListener("click", () => {
-      ui.running = !ui.running;
-      ui.runner.post({type: ui.running ? "start" : "pause"});
-      $("button[name=start]").textContent = ui.running ? "Pause" : "Start";
-      ui.root.dataset.state = ui.running ? "running" : "paused";
-    });
+    $("button[name=start]").addEventListener("click", () => toggle(ui));
     $("button[name=reset]").addEventListener("click", () => restart(ui));
-    $("input[name=seed]").addEventListener("change", () => restart(ui));
+    $("input[name=seed]").addEventListener("change", () => restart(ui, ui.running));
     for (const name of Object.keys(CHOICES)) {
       $(`select[name=${name}]`).addEventListener("change", () => {
-        if (!LIVE.includes(name)) return restart(ui);
+        if (!LIVE.includes(name)) return restart(ui, ui.running);
         ui.options[name] = Number($(`select[name=${name}]`).value);
         ui.runner.post({type: "settings", settings: {[name]: ui.options[name]}});
         schedule(ui);
       });
     }
-    let timer = 0;
-    $("input[name=typed]").addEventListener("input", () => {
-      clearTimeout(timer);
-      timer = setTimeout(() => watch(ui), 150);
+    // the worker answers between two slices of training (10 ms)
+    $("input[name=typed]").addEventListener("input", () => watch(ui));
+    document.addEventListener("visibilitychange", () => {
+      const hidden = document.visibilityState === "hidden";
+      if (hidden ? ui.running : ui.hiddenPause) toggle(ui, hidden);
     });
     $("select[name=example]").addEventListener("change", () => watch(ui));
     for (const name of ["layer", "head"]) {
@@ -339,7 +361,10 @@
       if (message.validation) ui.history.validation.push(message.validation);
       ui.last = message;
     }
-    if (message.view) ui.view = message.view;
+    if (message.view) {
+      ui.view = message.view;
+      renderOutput(ui);  // the answer to what was typed at once, the drawing next frame
+    }
     schedule(ui);
   }
 
@@ -383,6 +408,12 @@
       `exact match ${v ? (100 * v.exactMatch).toFixed(1) : "–"}%`
         + ` of ${ui.options.heldOut}`,
       `${ui.parameters || "?"} parameters`].join(" · ") : "starting…";
+    if (recent.length && !(mean < Math.log(VOCAB) + 1 || history.train.length < 50)) {
+      $(".rt-stats").textContent += " · the loss diverges (above a uniform guess's, or not"
+        + " a number): the learning rate is too high for this model. Lower the"
+        + " learning-rate factor and press Reset.";
+    }
+    if (ui.notice) $(".rt-stats").textContent += ` · ${ui.notice}`;
     if (last) ui.root.dataset.step = last.step;  // for tests
     renderOutput(ui);
   }
