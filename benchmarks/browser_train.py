@@ -27,19 +27,22 @@ import argparse
 import os
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import torch
-from browser_translate import FLAGS, Offline, chromium, cpu_model  # the sibling benchmark
+from browser_translate import (  # the sibling benchmark
+    FLAGS,
+    Offline,
+    chromium,
+    cpu_model,
+    finish,
+    where_it_ran,
+)
 from playwright.sync_api import sync_playwright
-from train_step import record  # the sibling benchmark's JSON writer
 
-from transformer.devices import describe_device
 from transformer.model import Transformer, TransformerConfig
-from transformer.results import provenance
 from transformer.reversal import reversal_batches
 from transformer.training import make_optimizer, train_step
 
@@ -215,21 +218,13 @@ def main() -> None:
             "n": len(latencies),
         },
         "longest_frame_gap_ms": round(worst_frame),
-        "chromium": browser.version,
-        "cpu": cpu_model(),
-        "cores": os.cpu_count(),
-        "load_average": [round(load_before[0], 1), round(load_after[0], 1)],  # 1 min, before/after
-        "provenance": {"device": describe_device("cpu"), **provenance(sys.argv)},
+        **where_it_ran(browser.version, load_before, load_after),
     }
     print(
         f"requests blocked: {len(blocked)}; load average {entry['load_average']} "
         f"on {os.cpu_count()} cores"
     )
-    if blocked:
-        sys.exit(f"requests left the machine: {blocked[:5]}")
-    if args.record:
-        record(RESULTS, entry)
-        print(f"recorded in {RESULTS}")
+    finish(entry, blocked, args.record)
 
 
 if __name__ == "__main__":

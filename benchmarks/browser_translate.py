@@ -205,10 +205,7 @@ def main() -> None:
         "torch_median_s": round(statistics.mean(torch_medians), 3),
         "ratio": round(statistics.mean(medians) / statistics.mean(torch_medians), 2),
         "first_s": round(statistics.median(firsts), 2),
-        "chromium": browser.version,
-        "cpu": cpu_model(),
-        "load_average": [round(load_before[0], 1), round(load_after[0], 1)],  # 1 min, before/after
-        "provenance": {"device": describe_device("cpu"), **provenance(sys.argv)},
+        **where_it_ran(browser.version, load_before, load_after),
     }
     print(
         f"same translations: {entry['same_translations']}; requests blocked: {len(blocked)}; "
@@ -218,9 +215,27 @@ def main() -> None:
         f"page / PyTorch one thread: {entry['ratio']:.2f}x (goal <= 5); "
         f"first translation {entry['first_s']:.2f} s (goal <= 2)"
     )
+    finish(entry, blocked, args.record)
+
+
+def where_it_ran(chromium: str, load_before: tuple, load_after: tuple) -> dict:
+    """A browser benchmark's record of where it ran: Chromium's version, the CPU with its
+    vector instructions, its cores, the 1-minute load average before and after, and the
+    provenance of results/."""
+    return {
+        "chromium": chromium,
+        "cpu": cpu_model(),
+        "cores": os.cpu_count(),
+        "load_average": [round(load_before[0], 1), round(load_after[0], 1)],
+        "provenance": {"device": describe_device("cpu"), **provenance(sys.argv)},
+    }
+
+
+def finish(entry: dict, blocked: list[str], record_it: bool) -> None:
+    """Fail if a request left the machine; else append `entry` to RESULTS if asked."""
     if blocked:
         sys.exit(f"requests left the machine: {blocked[:5]}")
-    if args.record:
+    if record_it:
         record(RESULTS, entry)
         print(f"recorded in {RESULTS}")
 
