@@ -121,6 +121,11 @@ class Visit:
             where = message.location.get("url", "") if message.location else ""
             self.errors.append(f"console.error: {message.text}" + (f" ({where})" if where else ""))
 
+    def assert_clean(self) -> None:
+        """No request left the machine and no JavaScript error happened, so far."""
+        assert not self.blocked, f"requests that would leave the machine: {self.blocked}"
+        assert not self.errors, "JavaScript errors:\n" + "\n".join(self.errors)
+
     def close(self) -> None:
         self.context.close()
 

@@ -146,8 +146,7 @@ def page(visit):
     """The module's page, with no request off the machine and no JavaScript error by the end of
     the test."""
     yield visit.page
-    assert not visit.blocked, f"requests that would leave the machine: {visit.blocked}"
-    assert not visit.errors, "JavaScript errors:\n" + "\n".join(visit.errors)
+    visit.assert_clean()
 
 
 @pytest.fixture(scope="module")
