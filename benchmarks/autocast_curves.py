@@ -8,8 +8,7 @@ whether bf16 changes what the model learns, beside what it does to the speed. Al
 amp "auto" chooses on this machine, and why.
 
     python benchmarks/autocast_curves.py --preset tiny --steps 120 --json results/benchmarks.json
-    python benchmarks/autocast_curves.py --preset tiny --set d_model=256 --set n_heads=8 \
-        --set d_ff=512 --set n_layers=3 --set token_budget=3000 --steps 400 --log-every 20
+    python benchmarks/autocast_curves.py --preset cpu --steps 400 --log-every 20
 
 --set FIELD=VALUE changes a TrainConfig field, as in train_loop.py. --json appends the
 measurement with its provenance to a JSON list (train_step.py's format).

@@ -19,8 +19,7 @@ are left out of the rates. Printed:
     python benchmarks/train_loop.py --preset small
     python benchmarks/train_loop.py --preset base --device cuda --compile --startup \
         --json results/benchmarks.json
-    python benchmarks/train_loop.py --preset small --set d_ff=512 --set token_budget=3000 \
-        --set amp=on                                             # bf16 autocast on any CPU
+    python benchmarks/train_loop.py --preset cpu --set amp=on  # bf16 autocast on any CPU
 
 --set FIELD=VALUE changes any TrainConfig field of the run (a model size, the token budget, a
 dropout, amp). The run's own choice is --set amp=auto (the default: bf16 on a CUDA device with

@@ -431,6 +431,19 @@ def test_the_grids_are_valid(tmp_path):
         assert configs and set(configs) == set(changes) and decodings
 
 
+def test_the_cpu_grid_names_what_its_records_ran(tmp_path):
+    """Each trial of the CPU search, resolved, is the configuration that its records in
+    results/ trained: the grid says what ran (all but the preset's name and the folder)."""
+    root = Path(__file__).parents[1]
+    configs, _, _ = read_grid(root / "benchmarks/grids/cpu.json", tmp_path)
+    records = read_trials(root / "results/cpu-trials.jsonl")
+    assert {r["trial"] for r in records} == set(configs)
+    unnamed = {"preset": None, "out": None}
+    for r in records:
+        ran = asdict(TrainConfig(**r["train"]).resolved()) | unnamed
+        assert asdict(configs[r["trial"]].resolved()) | unnamed == ran, r["trial"]
+
+
 def test_search_records_every_trial_and_resumes(tmp_path, capsys, monkeypatch):
     grid = write_grid(
         tmp_path / "grid.json",

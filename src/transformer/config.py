@@ -54,7 +54,7 @@ class ModelKnobs:
     tgt: str = knob("de", "target language", _DATA, choices=LANGUAGES)
     preset: str = knob(
         "tiny",
-        "model size: tiny (a CPU), small (one GPU), base (the paper's)",
+        "model size: tiny or cpu (a CPU), small (one GPU), base (the paper's)",
         _DATA,
         choices=tuple(PRESETS),
     )

@@ -139,8 +139,10 @@ class Preset(NamedTuple):
 
 
 PRESETS = {
-    # a CPU
+    # a CPU, minutes
     "tiny": Preset(dict(d_model=64, n_heads=4, d_ff=256, n_layers=2), 200, 1000),
+    # a CPU, an hour: the shipped translators (appendix 17)
+    "cpu": Preset(dict(d_model=256, n_heads=8, d_ff=512, n_layers=3), 400, 3000),
     # one GPU, a short run
     "small": Preset(dict(d_model=256, n_heads=8, d_ff=1024, n_layers=3), 1000, 8000),
     # the paper's base model
