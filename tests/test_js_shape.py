@@ -1,5 +1,7 @@
-"""The shape of the hand-written JavaScript in src/transformer/static/: short functions, and the
-forward pass in transformer.js under the names of the Python modules it mirrors.
+"""The shape of the hand-written JavaScript in src/transformer/static/: short functions, the
+forward pass in transformer.js under the names of the Python modules it mirrors, and the
+package's constants (token ids, the length limit, LayerNorm's and Adam's numbers) written out
+again with the package's values.
 
 No JavaScript engine is needed: a small scanner reads each script (skipping strings, template
 text, regular expressions and comments), finds every function body (`function name(...) {`,
@@ -196,3 +198,49 @@ def test_transformer_js_mirrors_the_modules():
     """transformer.js defines the forward pass and decoding under the Python modules' names."""
     names = {f.name for f in functions((STATIC / "transformer.js").read_text())}
     assert not set(MIRRORED) - names, sorted(set(MIRRORED) - names)
+
+
+def python_constants() -> dict[str, float]:
+    """The package's values of the constants that the page's scripts write out again."""
+    import inspect
+
+    import torch
+
+    from transformer import decoding, reversal, tokenizer
+    from transformer.normalization import LayerNorm
+    from transformer.training import make_optimizer
+
+    adam = make_optimizer(torch.nn.Linear(2, 2), d_model=2, warmup=1)[0].defaults
+    values = {name: getattr(tokenizer, name) for name in ("PAD_ID", "UNK_ID", "BOS_ID", "EOS_ID")}
+    values |= {n: getattr(reversal, n) for n in ("FIRST", "N_SYMBOLS", "MIN_LENGTH", "MAX_LENGTH")}
+    return values | {
+        "EXTRA_LENGTH": decoding.EXTRA_LENGTH,
+        "LN_EPS": inspect.signature(LayerNorm).parameters["eps"].default,
+        "BETA1": adam["betas"][0],
+        "BETA2": adam["betas"][1],
+        "ADAM_EPS": adam["eps"],
+    }
+
+
+# NAME = number, as the scripts declare their constants (const A = 1, B = 2;)
+CONSTANT = re.compile(r"\b([A-Z][A-Z0-9_]*) = (-?[0-9][0-9.e+-]*)(?=[,;])")
+
+
+@pytest.mark.parametrize(
+    "script, names",
+    [
+        ("transformer.js", ["PAD_ID", "UNK_ID", "BOS_ID", "EOS_ID", "EXTRA_LENGTH"]),
+        ("trainer.js", ["PAD_ID", "BOS_ID", "EOS_ID", "FIRST", "N_SYMBOLS", "MIN_LENGTH"]),
+        ("trainer.js", ["MAX_LENGTH", "LN_EPS", "BETA1", "BETA2", "ADAM_EPS"]),
+    ],
+)
+def test_constants_are_the_packages(script, names):
+    """Each number that a script writes out again, named as the package names it, has the
+    package's value: a copy that drifts from its source fails here."""
+    declared = {
+        name: float(value) for name, value in CONSTANT.findall((STATIC / script).read_text())
+    }
+    expected = python_constants()
+    for name in names:
+        assert name in declared, f"{script} declares no {name}"
+        assert declared[name] == expected[name], f"{script}: {name} = {declared[name]}"

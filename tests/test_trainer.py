@@ -34,6 +34,7 @@ How it works
 
 import functools
 import http.server
+import itertools
 import json
 import math
 import shutil
@@ -173,6 +174,40 @@ def test_gradients_match_autograd(page, dtype, tolerance):
     assert differences[worst] < tolerance, f"{worst}: {differences[worst]:.3g}"
     # not a vacuous check: the gradients are far from 0
     assert max(g.abs().max().item() for g in expected.values()) > 1e-2
+
+
+PRODUCTS = """([cases]) => {
+  const T = window.transformerTrainer;
+  return cases.map(([A, aT, B, bT, m, k, n, C, add]) => {
+    const f32 = Float32Array.from(C), f64 = Float64Array.from(C);
+    T.product(Float32Array.from(A), aT, Float32Array.from(B), bT, m, k, n, f32, add);
+    T.product(Float64Array.from(A), aT, Float64Array.from(B), bT, m, k, n, f64, add);
+    return [Array.from(f32), Array.from(f64)];
+  });
+}"""
+
+
+def test_products_match_torch(page):
+    """product, which every matrix product of the model goes through: in float32 the
+    WebAssembly kernel (which Chromium runs), in float64 the plain loops, each against
+    torch.matmul, with either operand transposed, with and without `add`, and sizes
+    that are no multiple of the kernel's blocks of 4 rows by 8 columns."""
+    assert page.evaluate("window.transformerTrainer.simd"), "no WebAssembly SIMD kernel"
+    generator, cases, expected = torch.Generator().manual_seed(0), [], []
+    for (m, k, n), aT, bT in itertools.product(
+        [(1, 1, 1), (5, 7, 3), (8, 16, 24), (13, 33, 20)], (False, True), (False, True)
+    ):
+        A = torch.randn(k if aT else m, m if aT else k, generator=generator, dtype=torch.float64)
+        B = torch.randn(n if bT else k, k if bT else n, generator=generator, dtype=torch.float64)
+        C, add = torch.randn(m, n, generator=generator, dtype=torch.float64), bool(m % 2)
+        A32, B32 = A.float().double(), B.float().double()  # what the float32 side holds
+        flat = [t.flatten().tolist() for t in (A32, B32, C.float().double())]
+        cases.append([flat[0], aT, flat[1], bT, m, k, n, flat[2], add])
+        product = (A32.T if aT else A32) @ (B32.T if bT else B32)
+        expected.append(product + C.float().double() if add else product)
+    for (f32, f64), want in zip(page.evaluate(PRODUCTS, [cases]), expected, strict=True):
+        assert max_difference(f64, want) < 1e-12
+        assert max_difference(f32, want) < 1e-5 * max(1.0, want.abs().max().item())
 
 
 LOSSES = """([sizes, weights, seed, batchSize, steps, float64]) => {
