@@ -87,6 +87,23 @@ def test_every_figure_is_numbered_captioned_and_referred_to(notebook):
         assert f"<{name}>`" in text or f"{{numref}}`{name}`" in text, f"nothing refers to {name}"
 
 
+def main_line() -> list[Path]:
+    """The chapters of the _toc.yml parts that are neither appendices nor back matter."""
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    parts = [p for p in toc["parts"] if not re.search("Appendix|Back matter", p["caption"])]
+    files = [ROOT / f"{c['file']}.ipynb" for p in parts for c in p["chapters"]]
+    return [f for f in files if f.exists()]
+
+
+def test_main_line_chapters_end_with_two_to_four_exercises():
+    """BOOK.md's shape of a chapter: it ends with two to four exercises."""
+    assert len(main_line()) >= 15
+    for notebook in main_line():
+        (exercises,) = [source(c) for c in cells(notebook) if source(c).startswith("## Exercises")]
+        count = len(re.findall(r"^\d+\. ", exercises, re.M))
+        assert 2 <= count <= 4, f"{notebook.stem}: {count} exercises"
+
+
 def test_figure_names_are_unique():
     names = [
         figure_options(cell)["name"]
