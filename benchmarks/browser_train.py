@@ -25,7 +25,6 @@ provenance the other entries have.
 
 import argparse
 import os
-import shutil
 import statistics
 import tempfile
 import time
@@ -44,27 +43,12 @@ from playwright.sync_api import sync_playwright
 
 from transformer.model import Transformer, TransformerConfig
 from transformer.reversal import reversal_batches
+from transformer.trainer_page import write_trainer_page
 from transformer.training import make_optimizer, train_step
 
 ROOT = Path(__file__).resolve().parents[1]
-STATIC = ROOT / "src" / "transformer" / "static"
 RESULTS = ROOT / "results" / "benchmarks.json"
 ID = "trainer"
-
-
-def build_page(root: Path) -> Path:
-    """The widget with no options of its own: the defaults a reader gets."""
-    for name in ("trainer.js", "trainer_page.js", "trainer.css"):
-        shutil.copyfile(STATIC / name, root / name)
-    page = root / "trainer.html"
-    page.write_text(
-        '<!doctype html><html><head><meta charset="utf-8"><title>trainer</title>'
-        '<link rel="stylesheet" href="trainer.css"></head><body>'
-        f'<div class="reversal-trainer" id="{ID}"></div>'
-        '<script src="trainer.js"></script><script src="trainer_page.js"></script>'
-        "</body></html>"
-    )
-    return page
 
 
 class TorchRun:
@@ -154,7 +138,7 @@ def main() -> None:
     torch.set_num_threads(1)
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp, sync_playwright() as playwright:
-        page_path = build_page(Path(tmp))
+        page_path = write_trainer_page(tmp, element_id=ID)  # the defaults a reader gets
         browser = playwright.chromium.launch(executable_path=chromium(), headless=True, args=FLAGS)
         print(f"Chromium {browser.version}, torch {torch.__version__} on 1 thread, {cpu_model()}")
         page = Offline(browser, page_path, ready=f"#{ID}[data-state=ready]")

@@ -4,10 +4,11 @@ PyTorch autograd's gradients, a run gives `train_step`'s losses, and the page's 
 transformer.reversal's.
 
 How it works
-- A standalone page in a temporary folder loads trainer.css, trainer.js and trainer_page.js and
-  holds one widget. It is opened from disk (file://) through test_browser.Visit: any request but
-  file:, data: and about: is blocked and recorded, and so are console errors and uncaught
-  exceptions; each test checks that record as it ends. One page serves the module.
+- A standalone page in a temporary folder holds one widget, the fragment that
+  transformer.trainer_page writes for the book, with its scripts (common.js, trainer.js,
+  trainer_page.js) beside it. It is opened from disk (file://) through test_browser.Visit: any
+  request but file:, data: and about: is blocked and recorded, and so are console errors and
+  uncaught exceptions; each test checks that record as it ends. One page serves the module.
 - Weights go from a PyTorch `Transformer` (the package's config and init) to the page as lists
   of numbers, by their named_parameters() names; the page builds its model from them in
   float32 (Float32Array) or float64 (Float64Array).
@@ -37,7 +38,6 @@ import http.server
 import itertools
 import json
 import math
-import shutil
 import threading
 from pathlib import Path
 
@@ -51,35 +51,22 @@ from transformer.embeddings import sinusoidal_positional_encoding
 from transformer.model import Transformer, TransformerConfig
 from transformer.reversal import MAX_LENGTH, MIN_LENGTH, Mulberry32, reversal_batches
 from transformer.tokenizer import EOS_ID, PAD_ID
+from transformer.trainer_page import trainer_html, write_trainer_page
 from transformer.training import label_smoothed_loss, make_optimizer, train_step
 
-ROOT = Path(__file__).resolve().parents[1]
-STATIC = ROOT / "src" / "transformer" / "static"
-FILES = ("trainer.js", "trainer_page.js", "trainer.css")
 PAGE = "trainer"
 VOCAB, MAX_LEN = 20, 16  # the reversal task's ids 0..19; 10 symbols and BOS fit in 16
 CHAPTER = dict(d_model=64, n_heads=4, d_ff=128, n_layers=2)  # chapter 11's reversal model
 SMALL = dict(d_model=16, n_heads=2, d_ff=32, n_layers=2)  # for runs of many steps
 # a widget that learns fast enough for a test
-WIDGET_OPTIONS = '{"d_model": 16, "n_heads": 2, "batchSize": 16, "heldOut": 50}'
-
-
-def build_site(root: Path) -> Path:
-    for name in FILES:
-        shutil.copyfile(STATIC / name, root / name)
-    (root / f"{PAGE}.html").write_text(
-        '<!doctype html><html lang="en"><head><meta charset="utf-8"><title>trainer</title>'
-        '<link rel="stylesheet" href="trainer.css"></head><body>'
-        f"<div class=\"reversal-trainer\" data-options='{WIDGET_OPTIONS}'></div>"
-        '<script src="trainer.js"></script><script src="trainer_page.js"></script>'
-        "</body></html>"
-    )
-    return root
+WIDGET_OPTIONS = {"d_model": 16, "n_heads": 2, "batchSize": 16, "heldOut": 50}
 
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory) -> Path:
-    return build_site(tmp_path_factory.mktemp("trainer"))
+    folder = tmp_path_factory.mktemp("trainer")
+    write_trainer_page(folder, options=WIDGET_OPTIONS)
+    return folder
 
 
 @pytest.fixture(scope="module")
@@ -349,6 +336,25 @@ def test_works_over_http(browser, site):
         server.shutdown()
     assert result["worker"] is True and len(result["losses"]) == 5
     assert not elsewhere
+
+
+def test_missing_scripts_are_reported(browser, tmp_path):
+    """The fragment where its scripts are not (a notebook outside the built book) says so
+    in place of the widget, instead of staying blank or claiming JavaScript is off."""
+    (tmp_path / "missing.html").write_text(
+        f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>t</title></head>'
+        f"<body>{trainer_html(static='nowhere/')}</body></html>"
+    )
+    page = browser.new_page()
+    try:
+        page.goto((tmp_path / "missing.html").as_uri())
+        page.wait_for_function(
+            "() => document.querySelector('.rt-fallback').textContent.includes('not found')"
+        )
+        text = page.locator(".rt-fallback").inner_text()
+    finally:
+        page.close()
+    assert text == "The trainer runs in the built book: its files were not found here."
 
 
 def test_train_reversal_trains_to_a_target(page):

@@ -1,13 +1,13 @@
 """The translator in the page (src/transformer/static/: translator.js, the page, which loads
-transformer.js, the model, and pretrained.js, the loading; appendix 18) in headless Chromium,
-held to the package: the same ids as SentencePiece, the same numbers as PyTorch within 1e-4, the
-same translations as `load_pretrained(d).translate` (sentence by sentence), the same sentences
-and in-domain check as `transformer.domain`, and a page that bad input does not break, styled
-in the book's theme, light and dark, at 1280 and 390 px.
+common.js and transformer.js, the model, and pretrained.js, the loading; appendix 18) in
+headless Chromium, held to the package: the same ids as SentencePiece, the same numbers as
+PyTorch within 1e-4, the same translations as `load_pretrained(d).translate` (sentence by
+sentence), the same sentences and in-domain check as `transformer.domain`, and a page that bad
+input does not break, styled in the book's theme, light and dark, at 1280 and 390 px.
 
 How it works
 - A standalone page is built into a temporary folder as the book's build lays it out:
-  `_static/translator/` by book/_ext/translator_assets.py's `write_assets` (the three scripts,
+  `_static/translator/` by book/_ext/translator_assets.py's `write_assets` (the scripts,
   and each shipped file of src/transformer/weights/ as a script holding its bytes), and
   `notebooks/translator.html` holding chapter 14's fragment (`transformer.translator_page`),
   which loads `../_static/translator/translator.js`.
@@ -297,7 +297,7 @@ def test_weights_load_when_asked(browser, site):
     assert opened == ["translator.html", "translator.js"], opened
     entry = shipped_entry(read_manifest(), "en-de")  # the direction's best model
     assert sorted(asked[2:]) == sorted(
-        ["transformer.js", "pretrained.js", "manifest.json.js"]
+        ["common.js", "transformer.js", "pretrained.js", "manifest.json.js"]
         + [f"{entry['tokenizer']}.js", f"{entry['weights']}.js"]
         + [f"{entry['domain']['words']}.js"]
     )

@@ -1,8 +1,9 @@
 """The browser translator's files in the built book: `_static/translator/`.
 
-The page's translator (appendix 18) is three scripts of src/transformer/static/ (SCRIPTS): the
-page loads translator.js, its controls, which loads transformer.js (the model and decoding) and
-pretrained.js when a translation is first asked for. pretrained.js reads the shipped files of
+The page's translator (appendix 18) is four scripts of src/transformer/static/ (SCRIPTS): the
+page loads translator.js, its controls, which loads common.js (what the model shares with the
+trainer), transformer.js (the model and decoding) and pretrained.js when a translation is first
+asked for; chapter 11's trainer is common.js, trainer.js and trainer_page.js. pretrained.js reads the shipped files of
 src/transformer/weights/ as they are: the manifest, each model's safetensors, its
 SentencePiece model and the words file of its in-domain check (words.LANG.tsv). A page opened from disk (file://) may not `fetch` them, but it may run a
 script, so each file F is written as F.js, one line that stores F's exact bytes in base64:
@@ -23,8 +24,9 @@ from pathlib import Path
 PACKAGE = Path(files("transformer"))
 WEIGHTS = PACKAGE / "weights"  # the shipped translators (appendix 17's `ship`)
 STATIC = PACKAGE / "static"  # the translator's scripts beside explorer.js
-# the translator's scripts (the page's, and the two it loads) and chapter 11's trainer's
-SCRIPTS = ("translator.js", "transformer.js", "pretrained.js", "trainer.js", "trainer_page.js")
+# the translator's scripts (the page's, and the three it loads) and chapter 11's trainer's
+SCRIPTS = ("translator.js", "common.js", "transformer.js", "pretrained.js")
+SCRIPTS += ("trainer.js", "trainer_page.js")
 TARGET = "translator"  # relative to the built _static folder
 GLOBAL = "window.__transformerAssets"  # where the asset scripts leave their bytes
 

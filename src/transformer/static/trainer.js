@@ -8,9 +8,10 @@
 // WebAssembly kernel written out below. Float32Array by default, Float64Array with
 // {float64: true}: one code, the array type chosen when the model is built.
 //
-// The whole script is one function, so that trainer_page.js can start it as a Web
-// Worker from a Blob of its own source (a page opened from disk may not load a worker
-// from a file):
+// It needs common.js first (the token ids, the positional table and attention, which the
+// translator's model uses too). The whole script is one function, so that
+// trainer_page.js can start it as a Web Worker from a Blob of the two files' sources (a
+// page opened from disk may not load a worker from a file):
 //
 //   transformerTrainer.createModel(options) -> model   (seeded init, or options.weights)
 //   transformerTrainer.trainStep(model, batch, settings) -> loss (training.train_step)
@@ -25,7 +26,9 @@
 // loss and the update · evaluation · the session.
 function transformerTrainerModule(scope) {
   "use strict";
-  const PAD_ID = 0, BOS_ID = 2, EOS_ID = 3;  // tokenizer.py
+  const common = scope.transformerCommon;  // common.js
+  if (!common) throw new Error("trainer.js needs common.js on the page first");
+  const {PAD_ID, BOS_ID, EOS_ID, positionalEncoding} = common;
   const FIRST = 4, N_SYMBOLS = 16, MIN_LENGTH = 4, MAX_LENGTH = 10;  // chapter 11
   const LN_EPS = 1e-5;  // normalization.LayerNorm
   const BETA1 = 0.9, BETA2 = 0.98, ADAM_EPS = 1e-9;  // training.make_optimizer
@@ -196,20 +199,6 @@ function transformerTrainerModule(scope) {
         ff_residual: linear(`${d}.ff_residual.norm`)});
     }
     return {embedding: get("src_embed.token.embedding.weight"), encoder, decoder};
-  }
-
-  // embeddings.sinusoidal_positional_encoding, (max_len, D): PE[pos, 2k] = sin(pos w_k),
-  // PE[pos, 2k+1] = cos(pos w_k), w_k = 10000^(-2k / D), kept in the model's type
-  function positionalEncoding(max_len, D, Float) {
-    const pe = new Float(max_len * D);
-    for (let k = 0; k < D; k += 2) {
-      const omega = 10000 ** (-k / D);
-      for (let pos = 0; pos < max_len; pos++) {
-        pe[pos * D + k] = Math.sin(pos * omega);
-        pe[pos * D + k + 1] = Math.cos(pos * omega);
-      }
-    }
-    return pe;
   }
 
   // The model: config, parameters, gradients and Adam's state, all of one array type.
@@ -437,35 +426,25 @@ function transformerTrainerModule(scope) {
     return len;
   }
 
-  // Attention(Q, K, V) = softmax(Q K^T / sqrt(d_head)) V (eq. 1) for every sentence and
-  // head: q (queries' rows, I), k and v (keys' rows, I), head h in columns h d_head..
-  // (h+1) d_head; dims.q and dims.k the packs, dims.causal. The weights P (B, H, Tq, Tk)
-  // (0 where masked) and the output ctx (queries' rows, I). A query with no key allowed
-  // gets zero weights and a zero output (attention.py).
+  // Attention (eq. 1) for every sentence, head and query of a batch, each by the
+  // translator's attend (common.js): q (queries' rows, I), k and v (keys' rows, I),
+  // head h in columns h d_head.. (h+1) d_head; dims.q and dims.k the packs, dims.causal
+  // (query i sees keys 0..i). The weights P (B, H, Tq, Tk) (0 where masked) and the
+  // output ctx (queries' rows, I). A query with no key allowed gets no weights and a
+  // zero output (attention.py).
   function attend(q, k, v, dims, P, ctx) {
-    const {H, dh, causal, q: Q, k: K} = dims, I = H * dh, scale = 1 / Math.sqrt(dh);
-    const s = new Float64Array(K.seq), acc = new Float64Array(dh);
+    const {H, dh, causal, q: Q, k: K} = dims, I = H * dh;
+    const p = new Float64Array(K.seq), acc = new Float64Array(dh);
+    const query = {data: q, at: 0}, out = {data: ctx, at: 0};
+    const key = {data: k, at: 0, stride: I}, value = {data: v, at: 0, stride: I};
     for (let b = 0; b < Q.B; b++) {
       for (let h = 0; h < H; h++) {
+        key.at = value.at = K.start[b] * I + h * dh;
         for (let i = 0; i < Q.len[b]; i++) {
-          const qi = (Q.start[b] + i) * I + h * dh, p0 = ((b * H + h) * Q.seq + i) * K.seq;
+          query.at = out.at = (Q.start[b] + i) * I + h * dh;
           const keys = causal ? Math.min(i + 1, K.len[b]) : K.len[b];
-          let max = -Infinity, sum = 0;
-          for (let j = 0; j < keys; j++) {
-            const kj = (K.start[b] + j) * I + h * dh;
-            let dot = 0;
-            for (let c = 0; c < dh; c++) dot += q[qi + c] * k[kj + c];
-            s[j] = dot * scale;
-            if (s[j] > max) max = s[j];
-          }
-          for (let j = 0; j < keys; j++) sum += (s[j] = Math.exp(s[j] - max));
-          acc.fill(0);
-          for (let j = 0; j < keys; j++) {
-            P[p0 + j] = s[j] / sum;
-            const w = P[p0 + j], vj = (K.start[b] + j) * I + h * dh;
-            if (w !== 0) for (let c = 0; c < dh; c++) acc[c] += w * v[vj + c];
-          }
-          for (let c = 0; c < dh; c++) ctx[qi + c] = acc[c];
+          common.attend(query, key, value, keys, dh, p, acc, out);
+          P.set(p.subarray(0, keys), ((b * H + h) * Q.seq + i) * K.seq);
         }
       }
     }
@@ -1074,8 +1053,9 @@ function transformerTrainerModule(scope) {
     forward, backward,
     labelSmoothedLoss, smoothingFloor, clipGradients, noamLr, adamUpdate, trainStep,
     evaluate, greedy, createSession,
-    // this script as a worker's source: the page builds its Worker from a Blob of it
-    workerSource: () => `(${String(transformerTrainerModule)})(self);\n`,
+    // the worker's source, common.js and this script: the page builds its Worker from it
+    workerSource: () => [transformerCommonModule, transformerTrainerModule]
+      .map(module => `(${String(module)})(self);\n`).join(""),
   };
   scope.transformerTrainer = api;
   if (typeof WorkerGlobalScope !== "undefined" && scope instanceof WorkerGlobalScope) {

@@ -1,8 +1,8 @@
 // Watch it learn (chapter 11): the reversal Transformer of trainer.js trained in a Web
 // Worker while the page draws the training and held-out losses, the exact-match rate,
 // the speed, the cross-attention of one sequence (any layer, any head) and the model's
-// current output for a sequence the reader types. Load trainer.js first; both work from
-// file:// and over http, and ask nothing of another host.
+// current output for a sequence the reader types. Load common.js and trainer.js first;
+// all three work from file:// and over http, and ask nothing of another host.
 //
 //   <div class="reversal-trainer" data-options='{"d_model": 32}'></div> is mounted on
 //   load (reversalTrainer.mountAll(); reversalTrainer.mount(element, options) by hand)
@@ -17,7 +17,9 @@
     window.reversalTrainer.mountAll();
     return;
   }
-  const FIRST = 4, N_SYMBOLS = 16, VOCAB = 20, EOS_ID = 3;
+  // the task's ids, as trainer.js (loaded before this file) has them
+  const {FIRST, N_SYMBOLS, EOS_ID} = window.transformerTrainer || {};
+  const VOCAB = FIRST + N_SYMBOLS;
   const LETTERS = "abcdefghijklmnop";  // the symbols, ids 4..19
   // the widget's model: it learns in about a minute in a browser (the chapter's is
   // d_model 64, 4 heads, 2 layers, d_ff 128)
@@ -30,9 +32,10 @@
 
   // ---------------------------------------------------------------- the worker
 
-  // A training session in a Web Worker built from trainer.js's own source (a page opened
-  // from disk may not start a worker from a file, but may from a Blob); where no worker
-  // starts, the same session runs on this thread, in short slices.
+  // A training session in a Web Worker built from the sources of common.js and
+  // trainer.js (a page opened from disk may not start a worker from a file, but may from
+  // a Blob); where no worker starts, the same session runs on this thread, in short
+  // slices.
   function startRunner(inWorker = true) {
     const listeners = [], deliver = data => listeners.forEach(fn => fn(data));
     const api = window.transformerTrainer;

@@ -1,20 +1,19 @@
 // The Transformer of the book in plain JavaScript: the forward pass and decoding of
 // the shipped translators (chapter 14, appendix 18), one sentence at a time, shaped
-// like the Python package and named after it. translator.js loads this file, then
-// pretrained.js (which reads the shipped files and calls these functions), when a
-// translation is first asked for. This file leaves window.transformerModel.
+// like the Python package and named after it. When a translation is first asked for,
+// translator.js loads common.js (the token ids, the positional table and attention,
+// which the trainer uses too), this file, then pretrained.js (which reads the shipped
+// files and calls these functions). This file leaves window.transformerModel.
 //
 //   function             mirrors (src/transformer/)
 //   parameterShapes      the parameters' names and shapes (model.py, encoder.py,
 //                        decoder.py); the tied matrix once, as pack_weights stores it
 //   buildModel,          pretrained.model_of: the parameters checked, grouped by layer
 //     checkParameters
-//   positionalEncoding   embeddings.sinusoidal_positional_encoding
 //   embed                embeddings.TransformerEmbedding
 //   linear, linearRow    torch.nn.Linear
 //   addNorm              normalization.Residual (post-LN) with normalization.LayerNorm
 //   feedForward          feed_forward.FeedForward
-//   attend               attention.scaled_dot_product_attention: one query, one head
 //   project              multihead.project
 //   multiHeadAttention   multihead.MultiHeadAttention.forward
 //   encoderLayer         encoder.EncoderLayer.forward
@@ -34,7 +33,9 @@
 // float32, as PyTorch's.
 (() => {
   "use strict";
-  const PAD_ID = 0, UNK_ID = 1, BOS_ID = 2, EOS_ID = 3;  // tokenizer.py
+  const common = window.transformerCommon;  // common.js
+  if (!common) throw new Error("transformer.js needs common.js on the page first");
+  const {PAD_ID, UNK_ID, BOS_ID, EOS_ID, positionalEncoding, attend} = common;
   // decoding.EXTRA_LENGTH: at most 50 tokens more than the source (paper 6.1)
   const EXTRA_LENGTH = 50;
 
@@ -139,20 +140,6 @@
 
   // ---------------------------------------------------------------- embeddings
 
-  // PE (max_len, d_model): PE[pos, 2k] = sin(pos w_k), PE[pos, 2k+1] = cos(pos w_k),
-  // w_k = 10000^(-2k / d_model), in float64, kept in float32 (section 3.5)
-  function positionalEncoding(max_len, d_model) {
-    const pe = new Float32Array(max_len * d_model);
-    for (let k = 0; k < d_model; k += 2) {
-      const omega = 10000 ** (-k / d_model);
-      for (let pos = 0; pos < max_len; pos++) {
-        pe[pos * d_model + k] = Math.sin(pos * omega);
-        pe[pos * d_model + k + 1] = Math.cos(pos * omega);
-      }
-    }
-    return pe;
-  }
-
   // x (rows, d_model): x[r] = sqrt(d_model) E[ids[r]] + PE[positions[r]]
   // (sections 3.4 and 3.5)
   function embed(model, ids, positions, x) {
@@ -247,32 +234,6 @@
   }
 
   // ---------------------------------------------------------------- attention
-
-  // Attention(q, K, V) = softmax(q K^T / sqrt(d_head)) V (eq. 1) for one query of one
-  // head. q, k, v and out are cursors {data, at, stride} into flat arrays: the query
-  // is q.data[q.at ..], key j is k.data[k.at + j * k.stride ..], value j likewise in
-  // v, the output goes to out.data[out.at ..], each d_head long. n_keys keys; their
-  // weights are left in p (n_keys,); acc (d_head,) is scratch.
-  function attend(q, k, v, n_keys, d_head, p, acc, out) {
-    const Q = q.data, q0 = q.at, K = k.data, V = v.data, root = Math.sqrt(d_head);
-    let max = -Infinity;
-    for (let j = 0, kj = k.at; j < n_keys; j++, kj += k.stride) {
-      let s = 0;
-      for (let c = 0; c < d_head; c++) s += Q[q0 + c] * K[kj + c];
-      s /= root;
-      p[j] = s;
-      if (s > max) max = s;
-    }
-    let sum = 0;
-    for (let j = 0; j < n_keys; j++) { p[j] = Math.exp(p[j] - max); sum += p[j]; }
-    acc.fill(0);
-    for (let j = 0, vj = v.at; j < n_keys; j++, vj += v.stride) {
-      const pj = (p[j] /= sum);
-      for (let c = 0; c < d_head; c++) acc[c] += pj * V[vj + c];
-    }
-    const O = out.data, o0 = out.at;
-    for (let c = 0; c < d_head; c++) O[o0 + c] = acc[c];
-  }
 
   // Where the vectors that attention reads lie in a flat array: row r's vector j (its
   // query, j = 0, or its key or value j) begins at data[offset + r * rowStride + j *

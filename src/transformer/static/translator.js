@@ -1,9 +1,10 @@
 // The translator in the page (chapter 14, appendix 18): the controls that the fragment
 // of translator_page.py asks for, and the public API. The fragment's <script> loads
 // this file only; this one loads the translator itself, from beside it, when a
-// translation is first asked for: transformer.js (the model and decoding, shaped like
-// the Python package), then pretrained.js (the shipped files, loading, the in-domain
-// check, translating), which loads the weights in turn. Nothing comes from another host.
+// translation is first asked for: common.js (what the model shares with the trainer),
+// transformer.js (the model and decoding, shaped like the Python package), then
+// pretrained.js (the shipped files, loading, the in-domain check, translating), which
+// loads the weights in turn. Nothing comes from another host.
 //
 //   transformerTranslate(direction, text, options) -> Promise of {translation,
 //     outOfDomain, cost, threshold, sentences: [{source, translation, sourcePieces,
@@ -15,8 +16,8 @@
 //   transformerTranslator: {translate, mount, mountAll, debug}
 //
 //   function             what it does (the page mirrors no Python module but these)
-//   loadScript,          transformer.js and pretrained.js, added once, in order
-//     loadEngine
+//   loadScript,          common.js, transformer.js and pretrained.js, added once, in
+//     loadEngine         order
 //   languageNames        language code -> name, from the fragment's config
 //   markup, mount        one translator's controls, built and wired (mountAll: all)
 //   setStatus, showExamples, idle, changeDirection, chooseExample
@@ -37,8 +38,8 @@
   const script = document.currentScript;
   // the folder of this script, and of the scripts it loads
   const BASE = new URL(".", script && script.src ? script.src : location.href).href;
-  // in this order: pretrained.js reads window.transformerModel as it starts
-  const ENGINE = ["transformer.js", "pretrained.js"];
+  // in this order: each reads the one before it as it starts
+  const ENGINE = ["common.js", "transformer.js", "pretrained.js"];
 
   // ---------------------------------------------------------------- loading
 
