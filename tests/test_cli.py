@@ -425,10 +425,26 @@ def test_a_bad_grid_is_refused_before_anything_trains(tmp_path, grid, message):
 
 def test_the_grids_are_valid(tmp_path):
     grids = sorted((Path(__file__).parents[1] / "benchmarks/grids").glob("*.json"))
-    assert len(grids) >= 3  # search.json (GPU), toy.json (its TOY=1 check), cpu.json
+    # gpu.json (the GPU session's recipe), search.json (GPU trials), toy.json, cpu.json
+    assert len(grids) >= 4
     for path in grids:
         configs, changes, decodings = read_grid(path, tmp_path)
         assert configs and set(configs) == set(changes) and decodings
+
+
+def test_the_gpu_recipe_trains_both_directions_within_the_goal(tmp_path):
+    """gpu_session.sh all trains the trials en-de and de-en of gpu.json, decoded one way,
+    each stopped early enough for the last validation and checkpoint to end within the
+    goal's seconds (GOALS)."""
+    root = Path(__file__).parents[1]
+    configs, _, decodings = read_grid(root / "benchmarks/grids/gpu.json", tmp_path)
+    assert {name: (c.src, c.tgt) for name, c in configs.items()} == {
+        "en-de": ("en", "de"),
+        "de-en": ("de", "en"),
+    }
+    assert len(decodings) == 1
+    _, seconds = results.GOALS["gpu"]
+    assert all(c.max_seconds <= seconds - 10 and c.device == "cuda" for c in configs.values())
 
 
 def test_the_cpu_grid_names_what_its_records_ran(tmp_path):
