@@ -104,7 +104,10 @@ all)
   done
   changed=()  # the manifest, the GPU weights, and any file that ship wrote anew
   for f in "$weights"/*; do
-    if ! cmp -s "$f" "$before/$(basename "$f")"; then changed+=("$f"); fi
+    was=$before/$(basename "$f")  # (sha256sum: coreutils, on every machine)
+    if [ ! -f "$was" ] || [ "$(sha256sum <"$f")" != "$(sha256sum <"$was")" ]; then
+      changed+=("$f")
+    fi
   done
   bring_back "$results/en-de.json" "$results/de-en.json" "${changed[@]}"
   # the benchmarks, as far as the guard allows: on a GPU, one that fails or runs out of time
