@@ -21,12 +21,14 @@ import shutil
 from importlib.resources import files
 from pathlib import Path
 
+from transformer.trainer_page import SCRIPTS as TRAINER_SCRIPTS
+
 PACKAGE = Path(files("transformer"))
 WEIGHTS = PACKAGE / "weights"  # the shipped translators (appendix 17's `ship`)
 STATIC = PACKAGE / "static"  # the translator's scripts beside explorer.js
 # the translator's scripts (the page's, and the three it loads) and chapter 11's trainer's
 SCRIPTS = ("translator.js", "common.js", "transformer.js", "pretrained.js")
-SCRIPTS += ("trainer.js", "trainer_page.js")
+SCRIPTS += tuple(name for name in TRAINER_SCRIPTS if name not in SCRIPTS)
 TARGET = "translator"  # relative to the built _static folder
 GLOBAL = "window.__transformerAssets"  # where the asset scripts leave their bytes
 
