@@ -1,6 +1,7 @@
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 import warnings
@@ -525,3 +526,29 @@ def test_provenance_without_git_reads_what_pack_noted(monkeypatch):
     noted = results.provenance(["python -m transformer", "record"])
     assert noted["commit"] == "abc123" and noted["dirty"] is False
     assert noted["command"] == "python -m transformer record"
+
+
+def test_a_copy_inside_another_repository_records_the_packed_commit(tmp_path):
+    """The first GPU run's tree sat inside another git repository, and its records named
+    that repository's commit. A copy of the package there must record the commit that
+    `pack` noted, and without one, "unknown": never the other repository's."""
+    outer = tmp_path / "other-project"
+    copy = outer / "copy" / "src"
+    shutil.copytree(Path(results.__file__).parent, copy / "transformer")
+    git = ["git", "-c", "user.name=x", "-c", "user.email=x@x", "-C", str(outer)]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "another project"], check=True)
+    show = "from transformer.results import provenance as p; print(*p([]).values())"
+
+    def provenance_there(**noted: str) -> list[str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TRANSFORMER_")}
+        env |= {"PYTHONPATH": str(copy), **noted}
+        done = subprocess.run(
+            [sys.executable, "-c", show], env=env, capture_output=True, text=True, check=True
+        )
+        return done.stdout.split()[1:]  # commit, dirty (after torch's version)
+
+    packed = "375c48031204044246358195bbfb80bdc11e5aeb"
+    assert provenance_there(TRANSFORMER_COMMIT=packed, TRANSFORMER_DIRTY="0") == [packed, "False"]
+    assert provenance_there() == ["unknown", "True"]

@@ -5,6 +5,7 @@ __all__ = [
     "REQUIRED_KEYS",
     "GOALS",
     "ANCHORS",
+    "git_output",
     "provenance",
     "missing_keys",
     "write_result",
@@ -54,31 +55,33 @@ REQUIRED_KEYS = (
 
 
 # %% ../../notebooks/17_shipping.ipynb #9a4d1f36
+def git_output(folder: Path, *args: str) -> str:
+    """What `git ARGS` prints in `folder`, or "" where git is missing or fails."""
+    try:
+        done = subprocess.run(["git", *args], capture_output=True, text=True, cwd=folder)
+    except OSError:  # no git on this machine
+        return ""
+    return done.stdout.strip() if done.returncode == 0 else ""
+
+
 def provenance(command: Sequence[str]) -> dict:
-    """How a result was produced: torch version, git commit (of this package's
-    repository) and the exact command; `dirty` says whether tracked files differed from
-    the commit. Without git (a GPU machine) both come from $TRANSFORMER_COMMIT and
-    $TRANSFORMER_DIRTY, which `benchmarks/gpu_session.sh pack` notes down where git is;
-    else the commit is "unknown" and counts as dirty."""
+    """How a result was produced: torch version, the project's commit and the exact
+    command; `dirty` says whether tracked files differed from the commit.
 
-    def git(*args: str) -> str:
-        try:
-            done = subprocess.run(
-                ["git", *args],
-                capture_output=True,
-                text=True,
-                cwd=Path(__file__).parent,
-            )
-        except OSError:  # no git on this machine
-            return ""
-        return done.stdout.strip() if done.returncode == 0 else ""
-
-    commit = git("rev-parse", "HEAD")
-    if commit:
-        dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
-    else:
-        commit = os.environ.get("TRANSFORMER_COMMIT", "unknown")
+    A packed tree (`benchmarks/gpu_session.sh pack`) carries its commit in
+    $TRANSFORMER_COMMIT and $TRANSFORMER_DIRTY, and they win: the copy may sit inside
+    another repository, whose git would answer for another project. Else git answers, but
+    only if the project's root (two folders above this package) is its top level; else
+    the commit is "unknown" and counts as dirty."""
+    if "TRANSFORMER_COMMIT" in os.environ:
+        commit = os.environ["TRANSFORMER_COMMIT"]
         dirty = os.environ.get("TRANSFORMER_DIRTY", "1") != "0"
+    else:
+        commit, dirty = "unknown", True
+        root = Path(__file__).resolve().parents[2]
+        if (top := git_output(root, "rev-parse", "--show-toplevel")) and Path(top) == root:
+            commit = git_output(root, "rev-parse", "HEAD") or commit
+            dirty = bool(git_output(root, "status", "--porcelain", "--untracked-files=no"))
     return {
         "torch": torch.__version__,
         "commit": commit,
