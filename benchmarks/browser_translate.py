@@ -8,7 +8,8 @@ Chromium (the system's, or $CHROMIUM_PATH), with every request off the machine b
   scripts of the weights, vocabulary and in-domain words loaded, decoded, checked against the
   manifest's SHA-256, unpacked, the caption checked and translated, its attention drawn); the
   median of --first fresh pages;
-- per sentence, the first --sentences test2016 captions of each direction, after a warm-up:
+- per sentence, the first --sentences test2016 captions of each direction, after a warm-up,
+  with the model the page loads by default (the entry names it):
   `transformerTranslate(direction, s, {attention: false})`'s own seconds (encoding, beam search,
   decoding; the weights already loaded) beside `load_pretrained(d).translate([s])` with
   torch.set_num_threads(1), sentence by sentence in turn, so that a change in the machine's load
@@ -41,7 +42,7 @@ from train_step import record  # the sibling benchmark's JSON writer
 
 from transformer.data import read_sentences
 from transformer.devices import BF16_CPU_FLAGS, cpu_flags, describe_device
-from transformer.pretrained import load_pretrained
+from transformer.pretrained import load_pretrained, read_manifest, shipped_entry
 from transformer.results import provenance
 from transformer.translator_page import translator_html
 
@@ -179,6 +180,8 @@ def main() -> None:
                 ours.append(got["seconds"])
                 same += got["translation"] == want
             per_direction[direction] = {
+                "trained_on": shipped_entry(read_manifest(), direction)["trained_on"],
+                "d_ff": shipped.model.config.d_ff,
                 "median_s": round(statistics.median(ours), 3),
                 "p90_s": round(percentile(ours, 90), 3),
                 "torch_median_s": round(statistics.median(theirs), 3),

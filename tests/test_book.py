@@ -172,14 +172,28 @@ def test_recorded_pages_show_every_complete_run():
     import recorded_results
 
     runs = recorded_results.complete_runs()
-    assert runs, "results/ holds no complete run"
+    assert {r["device"].startswith("cpu") for r in runs} == {True, False}, "a GPU and a CPU run"
     table, headline = recorded_results.bleu(), recorded_results.headline()
     for r in runs:
-        score = r["bleu"]["test_2016_flickr"]["sacrebleu_lc"]
-        assert f"| {score:.2f} |" in table, (r["file"], table)
-    assert all(
-        f"{r['bleu']['test_2016_flickr']['sacrebleu_lc']:.1f} BLEU" in headline
-        for r in runs
-        if r["device"] == runs[0]["device"]
-    )
+        for split in ("test_2016_flickr", "val"):
+            for case in ("sacrebleu_lc", "sacrebleu_cased"):
+                assert f"| {r['bleu'][split][case]:.2f} |" in table, (r["file"], split, case)
+        assert f"{r['bleu']['test_2016_flickr']['sacrebleu_lc']:.1f} BLEU" in headline
     assert "train_loop" not in recorded_results.benchmarks()  # a table, not raw records
+    gpu = [
+        e
+        for e in json.loads((ROOT / "results" / "benchmarks.json").read_text())
+        if not e["provenance"]["device"].startswith("cpu")
+    ]
+    assert gpu and all(f"{e['mfu']:.2%}" in recorded_results.benchmarks() for e in gpu)
+
+
+def test_the_readme_shows_the_recorded_table():
+    """README.md cannot compute, so it holds a copy of the BLEU table of every complete run:
+    it must be the one the records make."""
+    sys.path.insert(0, str(ROOT / "book" / "_ext"))
+    import recorded_results
+
+    table = recorded_results.bleu()
+    readme = (ROOT / "README.md").read_text()
+    assert table in readme, f"README.md's results table is stale; it should read:\n{table}"

@@ -12,6 +12,7 @@ import pytest
 import test_browser
 
 from transformer.explorer import DIGITS, SMALL, AttentionExplorer, explorer_html
+from transformer.pretrained import machine_kind, read_manifest, shipped_entry
 from transformer.results import load_results
 
 SCREENSHOTS = test_browser.SCREENSHOTS
@@ -419,23 +420,27 @@ def test_fits_a_phone_and_the_dark_theme(directions, load):
 # ---------------------------------------------------------------- the built book
 
 
-def test_chapter_15_page_shows_the_records(browser, book_html):
-    """On the built chapter 14, the explorer of the CPU translators draws the records' own
-    weights for every direction, kind, a shallow and the last layer, one head and the mean, on
-    the pronoun sentence and the longest one; it loads nothing and logs no error."""
+def test_chapter_14_page_shows_the_records(browser, book_html):
+    """On the built chapter 14, the explorer of the shipped translators (the default of each
+    direction) draws their records' own weights for every direction, kind, a shallow and the
+    last layer, one head and the mean, on the pronoun sentence and the longest one; it loads
+    nothing and logs no error."""
+    manifest = read_manifest()
+    default = {d: machine_kind(shipped_entry(manifest, d)["trained_on"]) for d in manifest}
     runs = {
         r["direction"]: r["attention"]
         for r in load_results(test_browser.ROOT / "results")
-        if r["device"].startswith("cpu")
+        if machine_kind(r["device"]) == default[r["direction"]]
+        and r["config"]["decoding"]["max_sentences"] is None
     }
-    assert runs, "results/ holds no CPU record"
+    assert sorted(runs) == sorted(manifest), "results/ lacks a shipped model's record"
     visit = test_browser.Visit(browser, book_html, "notebooks/14_translator")
     try:
         page = visit.page
-        page.wait_for_selector("#cpu-attention rect[data-q]")
+        page.wait_for_selector("#shipped-attention rect[data-q]")
         # the menu lists the directions in the chapter's order: find each by its label
         labels = page.eval_on_selector_all(
-            "#cpu-attention select[name=direction] option", "options => options.map(o => o.text)"
+            "#shipped-attention select[name=direction] option", "options => options.map(o => o.text)"
         )
         assert sorted(labels) == sorted(runs)
         for direction, records in runs.items():
@@ -445,10 +450,10 @@ def test_chapter_15_page_shows_the_records(browser, book_html):
             for sentence in (1, longest):
                 for kind in ("encoder", "decoder", "cross"):
                     for layer, head in ((1, 2), (n_layers, "mean"), (n_layers, 7)):
-                        choose(page, "cpu-attention", direction=index, sentence=sentence)
-                        choose(page, "cpu-attention", kind=kind, layer=layer, head=head)
+                        choose(page, "shipped-attention", direction=index, sentence=sentence)
+                        choose(page, "shipped-attention", kind=kind, layer=layer, head=head)
                         selection = (direction, sentence, kind, layer, head)
-                        assert_shows(page, "cpu-attention", runs, *selection)
+                        assert_shows(page, "shipped-attention", runs, *selection)
     finally:
         visit.close()
     assert not visit.blocked, f"requests that would leave the machine: {visit.blocked}"

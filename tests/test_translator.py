@@ -28,10 +28,12 @@ How it works
 import copy
 import hashlib
 import importlib.util
+import json
 import math
 import os
 import random
 import re
+import shutil
 import sys
 from pathlib import Path
 
@@ -44,11 +46,19 @@ from transformer import translator_page
 from transformer.data import read_sentences
 from transformer.decoding import DecoderState, beam_search, evaluating, lp
 from transformer.domain import caption_tokens, split_sentences
-from transformer.pretrained import load_pretrained, read_manifest, shipped_entry
+from transformer.pretrained import (
+    MANIFEST,
+    WEIGHTS,
+    load_pretrained,
+    machine_kind,
+    read_manifest,
+    shipped_entry,
+)
 from transformer.tokenizer import BOS_ID, PAD_ID, UNK_ID
 
 ROOT = Path(__file__).resolve().parents[1]
 DIRECTIONS = ("en-de", "de-en")
+KINDS = ("gpu", "cpu")  # the kinds of machine that trained the shipped models
 PAGE = "notebooks/translator"  # the page, as a chapter page sits in the built book
 ID = "translator"
 TOLERANCE = 1e-4
@@ -111,9 +121,10 @@ translator_assets = load_module(
 )
 
 
-def build_site(root: Path, examples: dict[str, list[str]]) -> Path:
-    """The standalone site in `root`; returns the folder that holds PAGE.html."""
-    translator_assets.write_assets(root / "_static" / "translator")
+def build_site(root: Path, examples: dict[str, list[str]], weights: Path = WEIGHTS) -> Path:
+    """The standalone site in `root`, with the models shipped in `weights`; returns the
+    folder that holds PAGE.html."""
+    translator_assets.write_assets(root / "_static" / "translator", weights)
     page = root / f"{PAGE}.html"
     page.parent.mkdir(parents=True, exist_ok=True)
     page.write_text(
@@ -155,6 +166,33 @@ def pretrained():
     return {d: load_pretrained(d) for d in DIRECTIONS}
 
 
+@pytest.fixture(scope="module")
+def every_model():
+    """(kind, direction) -> the shipped translator trained on that kind of machine."""
+    return {(k, d): load_pretrained(d, trained_on=k) for k in KINDS for d in DIRECTIONS}
+
+
+@pytest.fixture(scope="module")
+def kind_pages(browser, visit, tmp_path_factory, examples):
+    """kind -> a page whose translator loads the `kind`-trained models: the module's page
+    for the kind it loads by default, else a site whose manifest keeps only that kind's
+    models. Each page is held to no request and no error at the end."""
+    manifest = read_manifest()
+    (default,) = {machine_kind(shipped_entry(manifest, d)["trained_on"]) for d in manifest}
+    pages, visits = {default: visit.page}, []
+    for kind in (k for k in KINDS if k != default):
+        root = tmp_path_factory.mktemp(f"translator-{kind}")
+        weights = Path(shutil.copytree(WEIGHTS, root / "weights"))
+        only = {d: {kind: models[kind]} for d, models in manifest.items()}
+        (weights / MANIFEST).write_text(json.dumps(only))
+        visits.append(test_browser.Visit(browser, build_site(root, examples, weights), PAGE))
+        pages[kind] = visits[-1].page
+    yield pages
+    for other in visits:
+        other.assert_clean()
+        other.close()
+
+
 def call(page, function: str, *args):
     """await window.FUNCTION(...args) in the page (e.g. "transformerDebug.encode")."""
     return page.evaluate(f"(args) => window.{function}(...args)", list(args))
@@ -189,10 +227,12 @@ def test_same_ids_as_sentencepiece(page, pretrained, lang):
     assert call(page, "transformerDebug.decode", "en-de", want) == tokenizer.decode(want)
 
 
+@pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("direction", DIRECTIONS)
-def test_encoder_and_first_step_match_pytorch(page, pretrained, direction):
-    """The memory and the first step's log-probabilities within 1e-4 of the model's."""
-    shipped = pretrained[direction]
+def test_encoder_and_first_step_match_pytorch(page, kind_pages, every_model, direction, kind):
+    """The memory and the first step's log-probabilities within 1e-4 of the model's, for
+    the GPU- and the CPU-trained models."""
+    shipped, page = every_model[kind, direction], kind_pages[kind]
     lang = direction.split("-")[0]
     sentences = read_sentences("test_2016_flickr", lang)[:3] + ["I love you.", "Hallo, Welt!"]
     for sentence in sentences:
@@ -223,17 +263,18 @@ def python_score(model, src_ids, out_ids, alpha) -> float:
     return log_p / lp(len(out_ids), alpha)
 
 
+@pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("direction", DIRECTIONS)
-def test_same_translations_as_pytorch(page, pretrained, direction):
-    """100 test2016 captions: the same translation as Pretrained.translate on at least 98; where
-    one differs, the two hypotheses of the sentence that differs score within 1e-4 of each
-    other (a near tie)."""
-    shipped = pretrained[direction]
+def test_same_translations_as_pytorch(page, kind_pages, every_model, direction, kind):
+    """100 test2016 captions, for the GPU- and the CPU-trained models: the same translation
+    as Pretrained.translate on at least 98; where one differs, the two hypotheses of the
+    sentence that differs score within 1e-4 of each other (a near tie)."""
+    shipped, page = every_model[kind, direction], kind_pages[kind]
     texts = read_sentences("test_2016_flickr", direction.split("-")[0])[:100]
     want = shipped.translate(texts)  # batched, as alone (test_decoding.py tests that)
     got = page.evaluate(TRANSLATE_ALL, [direction, texts])
     differ = [i for i, (g, w) in enumerate(zip(got, want, strict=True)) if g["translation"] != w]
-    print(f"\n{direction}: {100 - len(differ)}/100 the same; differing: {differ}")
+    print(f"\n{direction}, {kind}: {100 - len(differ)}/100 the same; differing: {differ}")
     assert len(differ) <= 2, [(texts[i], got[i]["translation"], want[i]) for i in differ]
     decoding = shipped.decoding
     in_float64 = copy.deepcopy(shipped.model).double()

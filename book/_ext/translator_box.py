@@ -2,7 +2,8 @@
 
 It writes the same fragment as chapter 14's cell, `transformer.translator_page.translator_html`,
 so the landing page and the chapter show one widget. Its example captions are the test
-sentences that the shipped translators' records keep (`results/`), so the build needs no corpus.
+sentences that the shipped translators' records keep (`results/`), from FIRST_EXAMPLE on as in
+chapter 14, so the build needs no corpus.
 """
 
 from pathlib import Path
@@ -11,19 +12,20 @@ from docutils import nodes
 from sphinx.util.docutils import SphinxDirective
 
 from transformer.results import load_results
-from transformer.translator_page import translator_html
+from transformer.translator_page import FIRST_EXAMPLE, translator_html
 
 RESULTS = Path(__file__).resolve().parents[2] / "results"
 SOURCE_LANGUAGE = {"en-de": "en", "de-en": "de"}
 
 
 def recorded_examples(n: int = 6) -> dict[str, list[str]]:
-    """language -> the first n test sources that the complete CPU records keep."""
+    """language -> n of the first test sources that the complete records keep, from
+    FIRST_EXAMPLE on (every record of a direction keeps the same ones)."""
     examples = {}
     for r in load_results(RESULTS):
-        if r["device"].startswith("cpu") and r["config"]["decoding"]["max_sentences"] is None:
-            language = SOURCE_LANGUAGE[r["direction"]]
-            examples[language] = [s["source"] for s in r["samples"][:n]]
+        if r["config"]["decoding"]["max_sentences"] is None:
+            samples = r["samples"][FIRST_EXAMPLE : FIRST_EXAMPLE + n]
+            examples[SOURCE_LANGUAGE[r["direction"]]] = [s["source"] for s in samples]
     return dict(sorted(examples.items(), key=lambda item: item[0] != "en"))
 
 

@@ -11,6 +11,7 @@ __all__ = [
     "verified",
     "Pretrained",
     "machine_kind",
+    "machine_words",
     "read_manifest",
     "shipped_entry",
     "model_of",
@@ -21,6 +22,7 @@ __all__ = [
 # %% ../../notebooks/17_shipping.ipynb #52e507e9
 import hashlib
 import json
+import re
 from dataclasses import dataclass
 from importlib.resources import files
 from pathlib import Path
@@ -130,6 +132,13 @@ def machine_kind(device: str) -> str:
     """The kind of machine a run trained on, "cpu" or "gpu", from its
     checkpoint's device (describe_device)."""
     return "cpu" if device.startswith("cpu") else "gpu"
+
+
+def machine_words(device: str) -> str:
+    """A run's device as the book's prose names it: "a 2-core CPU" for
+    "cpu (x86_64, 2 cores)", "one NVIDIA H200" for a GPU."""
+    cores = re.search(r"(\d+) cores", device)
+    return f"a {cores[1]}-core CPU" if cores else f"one {device}"
 
 
 def read_manifest(root: str | Path = WEIGHTS) -> dict:

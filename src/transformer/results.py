@@ -13,6 +13,7 @@ __all__ = [
     "train_command",
     "goal_of",
     "met_goal",
+    "shortfall",
     "bleu_table",
     "samples_text",
     "ok_trials",
@@ -69,10 +70,10 @@ def provenance(command: Sequence[str]) -> dict:
     command; `dirty` says whether tracked files differed from the commit.
 
     A packed tree (`benchmarks/gpu_session.sh pack`) carries its commit in
-    $TRANSFORMER_COMMIT and $TRANSFORMER_DIRTY, and they win: the copy may sit inside
-    another repository, whose git would answer for another project. Else git answers, but
-    only if the project's root (two folders above this package) is its top level; else
-    the commit is "unknown" and counts as dirty."""
+    $TRANSFORMER_COMMIT and $TRANSFORMER_DIRTY, and they win: the copy may sit
+    inside another repository, whose git would answer for another project. Else git
+    answers, but only if the project's root (two folders above this package) is its
+    top level; else the commit is "unknown" and counts as dirty."""
     if "TRANSFORMER_COMMIT" in os.environ:
         commit = os.environ["TRANSFORMER_COMMIT"]
         dirty = os.environ.get("TRANSFORMER_DIRTY", "1") != "0"
@@ -159,25 +160,35 @@ def met_goal(record: dict) -> bool:
     return test >= bleu and record["train_wall_seconds"] <= seconds
 
 
+def shortfall(record: dict) -> float:
+    """How far a record's lowercased test BLEU falls short of its goal's (0 if met)."""
+    test = record["bleu"]["test_2016_flickr"]["sacrebleu_lc"]
+    return max(0.0, round(goal_of(record)[0] - test, 2))
+
+
 def bleu_table(records: Sequence[dict]) -> str:
-    """The records as a Markdown table: how and where each trained, its lowercased
-    test BLEU (the headline score), cased test and lowercased val BLEU, its goal and
-    whether it was met, and the published number of its direction. Text cells wrap,
-    so the table fits the page's column."""
+    """The records as a Markdown table: how and where each trained, its size, its
+    lowercased test BLEU (the headline score), cased test BLEU, val BLEU both ways, its
+    goal (met, or how far short) and the published number of its direction. Text cells
+    wrap, so the table fits the page's column."""
     rows = [
-        "| direction | trained | test | test, cased | val | goal | published |",
-        "|---|---|--:|--:|--:|---|--:|",
+        "| direction | trained | parameters | test | test, cased | val | val, cased "
+        "| goal | published |",
+        "|---|---|--:|--:|--:|--:|--:|---|--:|",
     ]
     for r in records:
         test, val = r["bleu"]["test_2016_flickr"], r["bleu"]["val"]
         bleu, seconds = goal_of(r)
-        minutes, met = r["train_wall_seconds"] / 60, "met" if met_goal(r) else "not met"
+        minutes = r["train_wall_seconds"] / 60
+        met = "met" if met_goal(r) else f"{shortfall(r):.2f} short"
         cells = (
             r["direction"],
             f"{r['steps']:,} steps, {minutes:.1f} min on {r['device']}",
+            f"{r['parameters'] / 1e6:.1f} M",
             f"{test['sacrebleu_lc']:.2f}",
             f"{test['sacrebleu_cased']:.2f}",
             f"{val['sacrebleu_lc']:.2f}",
+            f"{val['sacrebleu_cased']:.2f}",
             f"{bleu:.1f} in {seconds / 60:g} min: {met}",
             f"{ANCHORS[r['direction']]:.2f}" if r["direction"] in ANCHORS else "",
         )
