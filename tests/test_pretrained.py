@@ -6,6 +6,7 @@ sentences is translated sentence by sentence."""
 
 import json
 import math
+import re
 import shutil
 import subprocess
 import sys
@@ -35,6 +36,7 @@ from transformer.pretrained import (
     WEIGHTS,
     domain_of,
     load_pretrained,
+    machine_kind,
     pack_weights,
     read_manifest,
     shipped_entry,
@@ -73,7 +75,7 @@ def test_the_default_model_of_a_direction_has_the_best_check_bleu(tmp_path):
     manifest[DIRECTIONS[0]]["gpu"] = better | {"check": entry["check"]}  # a tie: the first
     assert shipped_entry(manifest, DIRECTIONS[0]) is entry
     with pytest.raises(ValueError, match="no gpu-trained model shipped for 'en-de'; shipped: cpu"):
-        shipped_entry(read_manifest(), "en-de", "gpu")
+        shipped_entry({"en-de": {"cpu": entry}}, "en-de", "gpu")
     # a manifest of an earlier version: one entry in each direction's place
     (tmp_path / MANIFEST).write_text(json.dumps({DIRECTIONS[0]: better}))
     assert read_manifest(tmp_path) == {DIRECTIONS[0]: {"gpu": better}}
@@ -87,7 +89,8 @@ def test_shipped_models_translate_deterministically_and_keep_their_bleu(shipped)
     assert check["split"] == "val" and check["sentences"] == 200
     # the number ship stored, recomputed from the shipped files; float noise may move a word
     assert shipped.check_bleu() == pytest.approx(check["bleu_lc"], abs=0.5)
-    recorded = {r["direction"]: r for r in load_results() if r["device"].startswith("cpu")}
+    kind = machine_kind(shipped_entry(read_manifest(), shipped.direction)["trained_on"])
+    recorded = {r["direction"]: r for r in load_results() if machine_kind(r["device"]) == kind}
     full_val = recorded[shipped.direction]["bleu"]["val"]["sacrebleu_lc"]
     assert check["bleu_lc"] > full_val - 5  # int8 storage costs little
 
@@ -144,7 +147,7 @@ def test_int8_rows_keep_each_rows_largest_weight():
 def copy_of_weights(tmp_path):
     root = tmp_path / "weights"
     shutil.copytree(WEIGHTS, root)
-    return root, read_manifest(root)[DIRECTIONS[0]]["cpu"]
+    return root, shipped_entry(read_manifest(root), DIRECTIONS[0])  # the one loaded
 
 
 def test_a_missing_truncated_or_altered_file_is_refused(copy_of_weights):
@@ -171,7 +174,7 @@ def test_a_missing_truncated_or_altered_file_is_refused(copy_of_weights):
 def test_weights_of_another_configuration_are_refused(copy_of_weights):
     root, entry = copy_of_weights
     manifest = read_manifest(root)
-    manifest[DIRECTIONS[0]]["cpu"]["model_config"]["d_ff"] *= 2
+    shipped_entry(manifest, DIRECTIONS[0])["model_config"]["d_ff"] *= 2
     (root / MANIFEST).write_text(json.dumps(manifest))
     with pytest.raises(
         ValueError,
@@ -220,15 +223,40 @@ def test_a_pip_install_brings_the_weights(tmp_path):
     assert done.stdout.startswith(str(tmp_path / "site")) and done.stdout.split("\n")[1]
 
 
-def test_the_cpu_records_of_the_shipped_models_are_complete():
-    """results/cpu-*.json, written by record: every required key (load_results checks them),
-    the CPU as device, whole splits scored, ten samples and twelve attention sentences."""
-    records = {r["direction"]: r for r in load_results() if r["file"].startswith("cpu-")}
+@pytest.mark.parametrize("kind", ["cpu", "gpu"])
+def test_the_records_of_the_shipped_models_are_complete(kind):
+    """The records of the shipped models of each kind of machine (results/cpu-*.json, and
+    results/en-de.json and de-en.json from the GPU), written by record: every required key
+    (load_results checks them), whole splits scored, ten samples and twelve attention
+    sentences, the steps and the model of the shipped run."""
+    records = {
+        r["direction"]: r
+        for r in load_results()
+        if machine_kind(r["device"]) == kind and r["config"]["decoding"]["max_sentences"] is None
+    }
     assert sorted(records) == sorted(DIRECTIONS)
     for r in records.values():
-        assert r["device"].startswith("cpu") and r["config"]["decoding"]["max_sentences"] is None
         assert len(r["samples"]) == 10 and len(r["attention"]) == 12
-        assert r["steps"] == read_manifest()[r["direction"]]["cpu"]["steps"]  # the shipped run
+        entry = read_manifest()[r["direction"]][kind]
+        assert r["steps"] == entry["steps"] and r["config"]["model"] == entry["model_config"]
+
+
+def test_every_commit_the_results_name_is_this_projects():
+    """The first GPU run's records named the commit of a repository the tree had been copied
+    into: every commit that a file of results/ names must be one of this project's."""
+    root = Path(__file__).resolve().parents[1]
+    ours = subprocess.run(
+        ["git", "-C", str(root), "rev-list", "--all"], capture_output=True, text=True
+    ).stdout.split()
+    if not ours:
+        pytest.skip("not a git checkout")
+    named = {}  # commit -> the files that name it
+    for path in (root / "results").rglob("*.json*"):
+        for commit in re.findall(r'"commit":\s*"([0-9a-f]{7,40})"', path.read_text()):
+            named.setdefault(commit, []).append(path.name)
+    assert named, "no commit found in results/"
+    foreign = {c: files for c, files in named.items() if c not in ours}
+    assert not foreign, f"commits that are not this project's: {foreign}"
 
 
 # ------------------------------------------------------------------ the in-domain check
@@ -343,7 +371,7 @@ def test_a_damaged_or_missing_words_file_is_refused_with_its_sum(copy_of_weights
 def test_a_model_shipped_without_the_check_loads_and_says_so(copy_of_weights):
     root, _ = copy_of_weights
     manifest = read_manifest(root)
-    del manifest[DIRECTIONS[0]]["cpu"]["domain"]
+    del shipped_entry(manifest, DIRECTIONS[0])["domain"]
     (root / MANIFEST).write_text(json.dumps(manifest))
     old = load_pretrained(DIRECTIONS[0], root=root)
     assert old.domain is None
