@@ -20,8 +20,8 @@ from docutils import nodes
 from docutils.statemachine import StringList
 from sphinx.util.docutils import SphinxDirective
 
-from transformer.pretrained import machine_kind, machine_words, read_manifest, shipped_entry
-from transformer.results import bleu_table, load_results, met_goal
+from transformer.pretrained import machine_kind, read_manifest, shipped_entry
+from transformer.results import bleu_table, load_results, machine_words, met_goal
 
 RESULTS = Path(__file__).resolve().parents[2] / "results"
 

@@ -11,7 +11,7 @@ __all__ = [
     "verified",
     "Pretrained",
     "machine_kind",
-    "machine_words",
+    "reverse_of",
     "read_manifest",
     "shipped_entry",
     "model_of",
@@ -22,7 +22,6 @@ __all__ = [
 # %% ../../notebooks/17_shipping.ipynb #52e507e9
 import hashlib
 import json
-import re
 from dataclasses import dataclass
 from importlib.resources import files
 from pathlib import Path
@@ -32,7 +31,13 @@ from safetensors.torch import load_file
 from torch import Tensor
 
 from .decoding import Decoding
-from .domain import RULE, CaptionCheck, read_counts, translate_texts
+from .domain import (
+    RULE,
+    CaptionCheck,
+    other_language,
+    read_counts,
+    translate_texts,
+)
 from .evaluation import evaluate_split, translate
 from .model import Transformer, TransformerConfig
 from .tokenizer import Tokenizer
@@ -93,8 +98,8 @@ def verified(path: Path, expected: str) -> Path:
 # %% ../../notebooks/17_shipping.ipynb #565c1209
 @dataclass
 class Pretrained:
-    """A shipped translator: its model, its vocabulary, how it decodes and its
-    in-domain check."""
+    """A shipped translator: its model, its vocabulary, how it decodes, its in-domain
+    check and its target language's (the reverse direction's)."""
 
     direction: str
     model: Transformer
@@ -102,6 +107,7 @@ class Pretrained:
     # its average tells how many checkpoints the shipped weights average
     decoding: Decoding
     domain: CaptionCheck | None = None  # None: shipped before the check existed
+    target_domain: CaptionCheck | None = None  # None: no reverse model with one
 
     def translate(self, texts: list[str]) -> list[str]:
         """Beam search with the shipped settings (chapter 13's translate), sentence by
@@ -116,6 +122,17 @@ class Pretrained:
         if self.domain is None:
             raise ValueError(f"the {self.direction} model has no in-domain check; ship it again")
         return self.domain.flags(texts)
+
+    def better_direction(self, texts: list[str]) -> list[str | None]:
+        """For each text, the reverse direction ("de-en" for en-de) where it reads as a
+        caption of the target language, not of the source (domain.other_language);
+        else None. None throughout where either language has no check."""
+        if isinstance(texts, str):
+            raise TypeError("the check takes a list of texts; wrap one text in a list")
+        if self.domain is None or self.target_domain is None:
+            return [None] * len(texts)
+        flags = other_language(self.domain, self.target_domain, texts)
+        return [reverse_of(self.direction) if f else None for f in flags]
 
     def check_bleu(self) -> float:
         """Lowercased sacreBLEU on the first CHECK_SENTENCES of val, with the shipped
@@ -134,11 +151,9 @@ def machine_kind(device: str) -> str:
     return "cpu" if device.startswith("cpu") else "gpu"
 
 
-def machine_words(device: str) -> str:
-    """A run's device as the book's prose names it: "a 2-core CPU" for
-    "cpu (x86_64, 2 cores)", "one NVIDIA H200" for a GPU."""
-    cores = re.search(r"(\d+) cores", device)
-    return f"a {cores[1]}-core CPU" if cores else f"one {device}"
+def reverse_of(direction: str) -> str:
+    """The direction the other way: "de-en" for "en-de"."""
+    return "-".join(reversed(direction.split("-")))
 
 
 def read_manifest(root: str | Path = WEIGHTS) -> dict:
@@ -192,16 +207,19 @@ def load_pretrained(
     trained_on: str | None = None,
 ) -> Pretrained:
     """The translator shipped for `direction` ("en-de" or "de-en"), every file checked
-    first: the one trained on `trained_on`, by default the best
-    (shipped_entry)."""
-    root = Path(root)
-    entry = shipped_entry(read_manifest(root), direction, trained_on)
+    first: the one trained on `trained_on`, by default the best (shipped_entry); with
+    the in-domain check of its target language where the reverse direction ships one."""
+    root, manifest = Path(root), read_manifest(root)
+    entry = shipped_entry(manifest, direction, trained_on)
     path = verified(root / entry["weights"], entry["weights_sha256"])
     source = f"{path} (SHA-256 {entry['weights_sha256']})"
     model = model_of(entry["model_config"], unpack_weights(load_file(path)), source)
     tokenizer = Tokenizer(verified(root / entry["tokenizer"], entry["tokenizer_sha256"]))
     decoding, domain = Decoding(**entry["decoding"]), domain_of(entry, root)
-    return Pretrained(direction, model.to(device), tokenizer, decoding, domain)
+    reverse, target = reverse_of(direction), None
+    if reverse in manifest:  # its check is the target language's
+        target = domain_of(shipped_entry(manifest, reverse), root)
+    return Pretrained(direction, model.to(device), tokenizer, decoding, domain, target)
 
 
 # %% ../../notebooks/17_shipping.ipynb #b608809d
