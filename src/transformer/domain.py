@@ -20,6 +20,7 @@ __all__ = [
     "CaptionCheck",
     "threshold_for",
     "words_entry",
+    "other_language",
     "ends_sentence",
     "split_sentences",
     "translate_texts",
@@ -131,6 +132,16 @@ def words_entry(lang: str, out: str | Path) -> dict:
         "sha256": hashlib.sha256(data).hexdigest(),
         "threshold": threshold_for([check.cost(s) for s in read_sentences("val", lang)]),
     }
+
+
+# %% ../../notebooks/17_shipping.ipynb #a1d0ma02
+def other_language(own: CaptionCheck, other: CaptionCheck, texts: Sequence[str]) -> list[bool]:
+    """Whether each text reads as a caption of the other language: the check of its own
+    language flags it (`own`) and the other language's passes it (`other`)."""
+    return [
+        mine and not theirs
+        for mine, theirs in zip(own.flags(texts), other.flags(texts), strict=True)
+    ]
 
 
 # %% ../../notebooks/17_shipping.ipynb #23657fac
