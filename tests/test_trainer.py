@@ -28,8 +28,12 @@ How it works
 - Robustness, a few seconds each: `trainReversal` with a target stops at it (or at maxSeconds);
   Reset in the middle of training, a double click on Start, a live setting and a model setting
   changed while training; a hidden tab pauses and a visible one resumes; learning-rate factor
-  100 on d_model 8 diverges, the page says so and still answers what is typed. The speed
-  figures (steps/s against `train_step`, time to 99%, input latency) are
+  100 on d_model 8 diverges, the page says so and still answers what is typed; a typed
+  sequence longer than the model's positions hold is cut, and the page says so.
+- What chapter 11 quotes: the held-out set is evaluated a slice at a time, with the figures of
+  one batch, and the widget names the step at which its exact match first reached its target,
+  the same step as `trainReversal` with the same options.
+- The speed figures (steps/s against `train_step`, time to 99%, input latency) are
   benchmarks/browser_train.py's, not a test's: they depend on the machine.
 """
 
@@ -38,6 +42,7 @@ import http.server
 import itertools
 import json
 import math
+import re
 import threading
 from pathlib import Path
 
@@ -58,8 +63,8 @@ PAGE = "trainer"
 VOCAB, MAX_LEN = 20, 16  # the reversal task's ids 0..19; 10 symbols and BOS fit in 16
 CHAPTER = dict(d_model=64, n_heads=4, d_ff=128, n_layers=2)  # chapter 11's reversal model
 SMALL = dict(d_model=16, n_heads=2, d_ff=32, n_layers=2)  # for runs of many steps
-# a widget that learns fast enough for a test
-WIDGET_OPTIONS = {"d_model": 16, "n_heads": 2, "batchSize": 16, "heldOut": 50}
+# a widget that learns fast enough for a test, and reaches its target in a few seconds
+WIDGET_OPTIONS = {"d_model": 16, "n_heads": 2, "batchSize": 16, "heldOut": 50, "target": 0.3}
 
 
 @pytest.fixture(scope="module")
@@ -444,3 +449,65 @@ def test_pathological_settings_diverge_without_freezing(page):
     assert page.evaluate(STATE) == "paused"
     page.select_option(f"{WIDGET} select[name=factor]", "1")
     page.select_option(f"{WIDGET} select[name=d_model]", "16")
+
+
+def test_typed_sequence_cut_to_the_positions_says_so(page):
+    """Sixteen letters are more than the model's 16 positions hold with the end (⏎): the box
+    reads the first 15 and says so, as it says when a sequence is outside the lengths the model
+    trained on."""
+    page.wait_for_selector(f"{WIDGET}[data-state]")
+    page.fill(f"{WIDGET} input[name=typed]", "abcdefghijklmnop")
+    page.wait_for_function(
+        "() => document.querySelector('.reversal-trainer .rt-output').textContent"
+        ".startsWith('a b c d e f g h i j k l m n o →')"
+    )
+    text = page.locator(f"{WIDGET} .rt-output").inner_text()
+    assert "first 15 of the 16 symbols" in text, text
+    assert "It trained on 4 to 10 symbols." in text, text
+    page.fill(f"{WIDGET} input[name=typed]", "hello")
+
+
+SLICES = """([n, seed]) => {
+  const T = window.transformerTrainer;
+  const model = T.createModel({d_model: 16, n_heads: 2, seed});
+  const held = T.heldOutSet(seed, n);
+  const whole = T.evaluate(model, T.collate(held.pairs), 0.1);
+  const sliced = T.evaluateSlices(model, held.slices, 0.1);
+  return {whole, sliced, slices: held.slices.length,
+    sizes: held.slices.map(batch => batch.B)};
+}"""
+
+
+def test_held_out_set_is_evaluated_in_slices(page):
+    """The widget evaluates its 1,000 held-out sequences a slice at a time, between slices of
+    training, so that the page answers meanwhile; the slices give the figures of one batch."""
+    got = page.evaluate(SLICES, [1000, 3])
+    assert got["slices"] > 1 and sum(got["sizes"]) == 1000
+    assert got["sliced"]["exactMatch"] == got["whole"]["exactMatch"]
+    assert abs(got["sliced"]["loss"] - got["whole"]["loss"]) < 1e-9
+    assert page.evaluate("() => reversalTrainer.DEFAULTS.heldOut") == 1000
+
+
+REACHED = r"(\d+)% first at step ([\d,]+)"
+
+
+def test_widget_reports_the_step_it_reaches_the_target(page):
+    """The box measures what chapter 11 quotes from benchmarks/browser_train.py: the exact match
+    on the held-out set, and the step at which it first reaches the target, asked by the rule
+    of trainReversal; so the box and trainReversal name the same step."""
+    options = {**WIDGET_OPTIONS, "seed": 0, "warmup": 100, "factor": 1, "labelSmoothing": 0.1}
+    for name in ("factor", "warmup", "labelSmoothing", "d_model", "n_heads"):
+        page.select_option(f"{WIDGET} select[name={name}]", str(options[name]))
+    page.select_option(f"{WIDGET} select[name=n_layers]", "1")
+    start_training(page)
+    page.wait_for_function(f"() => /{REACHED}/.test(({STATS})())", timeout=30_000)
+    page.click(f"{WIDGET} button[name=start]")  # pause
+    stats = page.evaluate(STATS)
+    percent, step = re.search(REACHED, stats).groups()
+    assert f"of {options['heldOut']} held-out" in stats, stats
+    headless = page.evaluate(RUN, {**options, "maxSeconds": 30})
+    assert headless["reached"] is True, headless["exactMatch"]
+    assert (int(percent), int(step.replace(",", ""))) == (
+        round(100 * options["target"]),
+        headless["steps"],
+    ), stats

@@ -17,6 +17,8 @@
 //   transformerTrainer.trainStep(model, batch, settings) -> loss (training.train_step)
 //   transformerTrainer.forward(model, batch, eps) -> tape; backward(model, tape)
 //   transformerTrainer.reversalBatches(seed, batchSize) -> iterator of batches
+//   transformerTrainer.heldOutSet(seed, n) -> its n held-out pairs, collated in slices;
+//     evaluateSlices(model, slices) -> {loss, exactMatch} of them all
 //   transformerTrainer.createSession(post) -> {handle(message)}: the worker's protocol
 //
 // Shapes in the comments: B sentences, S source and T target positions, D = d_model,
@@ -854,9 +856,40 @@ function transformerTrainerModule(scope) {
   // The loss and the exact-match rate of a batch, teacher-forced as chapter 11 counts
   // it: a sentence is right when the argmax is the target at every non-pad position
   function evaluate(model, batch, eps = 0.1) {
+    return rates(evaluationSums(model, batch, eps));
+  }
+
+  // evaluate's sums over a batch: the loss summed over the target tokens, the tokens,
+  // the sentences and the sentences right at every position
+  function evaluationSums(model, batch, eps = 0.1) {
     const {dec, target} = run(model, batch), V = model.c.vocab;
-    const loss = labelSmoothedLoss(dec.logits, target, V, eps, null);
-    return {loss, exactMatch: exactMatches(dec.logits, target, dec.pack, V) / batch.B};
+    const tokens = target.length;  // the real positions only (packed)
+    return {loss: labelSmoothedLoss(dec.logits, target, V, eps, null) * tokens, tokens,
+      sentences: batch.B, exact: exactMatches(dec.logits, target, dec.pack, V)};
+  }
+
+  const rates = sums => ({loss: sums.loss / sums.tokens,
+    exactMatch: sums.exact / sums.sentences});
+
+  // a + b, sum by sum
+  const addSums = (a, b) => ({loss: a.loss + b.loss, tokens: a.tokens + b.tokens,
+    sentences: a.sentences + b.sentences, exact: a.exact + b.exact});
+
+  // evaluate over a held-out set's slices: the figures of the whole set
+  function evaluateSlices(model, slices, eps = 0.1) {
+    return rates(slices.map(batch => evaluationSums(model, batch, eps)).reduce(addSums));
+  }
+
+  // The held-out set of a seed: n sequences of another stream of the same generator,
+  // collated in slices of HELD_OUT_SLICE, so that a page can evaluate it a slice at a
+  // time between its slices of training and answer what is typed meanwhile
+  const HELD_OUT_SLICE = 100;
+  function heldOutSet(seed, n) {
+    const pairs = reversalPairs(mulberry32(seed ^ 0x5eed5eed), n), slices = [];
+    for (let i = 0; i < n; i += HELD_OUT_SLICE) {
+      slices.push(collate(pairs.slice(i, i + HELD_OUT_SLICE)));
+    }
+    return {n, pairs, slices};
   }
 
   // how many sentences of a pack have the argmax right at every position
@@ -901,11 +934,16 @@ function transformerTrainerModule(scope) {
   // The training run behind the page, driven by messages (a Worker's, or direct calls
   // where no worker can start). In: init {options}, start, pause, settings {factor,
   // labelSmoothing, warmup}, watch {typed, example}, run {steps} (headless). Out:
-  // ready, progress {step, losses, stepsPerSecond, validation, view}, result.
+  // ready, progress {step, losses, stepsPerSecond, validation, reached, view}, result.
   function createSession(post) {
     const state = {model: null, running: false, ticket: 0, typed: [], example: 0};
     const handlers = {
-      init: message => initRun(state, message.options || {}, post),
+      init: message => {
+        initRun(state, message.options || {});
+        post({type: "ready", config: state.model.c, examples: state.examples,
+          parameters: Object.values(state.model.params).reduce((n, w) => n + w.length, 0)});
+        post(progress(state, [], evaluateHeldOut(state), true));
+      },
       start: () => {
         if (state.running || !state.model) return;
         state.running = true;
@@ -913,9 +951,9 @@ function transformerTrainerModule(scope) {
         state.mark = {time: now(), step: state.step};
         loop(state, post, state.ticket);
       },
-      pause: () => {
+      pause: () => {  // the held-out set of the step it stopped at, whole
         state.running = false;
-        post(progress(state, [], true));
+        post(progress(state, [], evaluateHeldOut(state), true));
       },
       settings: message => Object.assign(state.settings, message.settings),
       watch: message => {
@@ -929,8 +967,9 @@ function transformerTrainerModule(scope) {
     return {handle: message => handlers[message.type](message), state};
   }
 
-  // a new model, stream and held-out set for the options
-  function initRun(state, options, post) {
+  // a new model, stream and held-out set for the options; options.target (0.99): the
+  // held-out exact match whose first step the run reports
+  function initRun(state, options) {
     state.running = false;
     state.ticket += 1;
     const seed = (options.seed ?? 0) >>> 0;
@@ -940,33 +979,72 @@ function transformerTrainerModule(scope) {
       clip: options.clip ?? 1};
     state.model = createModel({...options, seed});
     state.stream = reversalBatches(seed, options.batchSize || 64);
-    // held-out sentences: another stream of the same generator
-    const heldOut = reversalPairs(mulberry32(seed ^ 0x5eed5eed), options.heldOut || 200);
-    state.heldOut = collate(heldOut);
-    state.examples = heldOut.slice(0, 8).map(([s]) => s);
-    Object.assign(state, {step: 0, seconds: 0, lastEval: -Infinity, lastView: -Infinity});
-    post({type: "ready", config: state.model.c,
-      examples: state.examples, parameters: Object.values(state.model.params)
-        .reduce((n, w) => n + w.length, 0)});
-    post(progress(state, [], true));
+    state.heldOut = heldOutSet(seed, options.heldOut || 1000);
+    state.examples = state.heldOut.pairs.slice(0, 8).map(([s]) => s);
+    Object.assign(state, {step: 0, seconds: 0, lastEval: -Infinity, lastView: -Infinity,
+      target: options.target ?? 0.99, askedAt: -Infinity, reached: null, evaluation: null});
   }
 
-  // train for about 10 ms (a typed sequence waits no longer), report, and go on unless
-  // paused or reset
+  // trainReversal's rule for asking the held-out set whether the target is reached:
+  // the batch of the step just taken right (before its update) within 3 points of the
+  // target, and more than 10 steps since the held-out set was last asked
+  function asks(state) {
+    if (state.reached || !state.target || state.step <= state.askedAt + 10
+      || !(state.model.batchExact >= state.target - 0.03)) return false;
+    state.askedAt = state.step;
+    return true;
+  }
+
+  // The held-out evaluation under way (state.evaluation; training waits for it, so it
+  // measures the model of one step), a slice after another until `until` (ms): its
+  // result {step, loss, exactMatch} when the last slice is done, else null. `asked`:
+  // started by asks, so that its result can mark the step the target is reached at.
+  function evaluateHeldOut(state, until = Infinity, asked = false) {
+    const slices = state.heldOut.slices;
+    const e = state.evaluation ??= {step: state.step, asked, next: 0, sums: []};
+    while (e.next < slices.length && now() < until) {
+      e.sums.push(evaluationSums(state.model, slices[e.next++],
+        state.settings.labelSmoothing));
+    }
+    if (e.next < slices.length) return null;
+    state.evaluation = null;
+    state.lastEval = now();
+    const result = {step: e.step, ...rates(e.sums.reduce(addSums))};
+    if (e.asked && !state.reached && result.exactMatch >= state.target) {
+      state.reached = {step: e.step, seconds: state.seconds, target: state.target};
+    }
+    return result;
+  }
+
+  // train for about 10 ms, or evaluate the held-out set for as long (a typed sequence
+  // waits no longer), report, and go on unless paused or reset
   function loop(state, post, ticket) {
     if (!state.running || ticket !== state.ticket) return;
     const start = now(), losses = [];
-    while (now() - start < 10) {
-      losses.push(trainStep(state.model, state.stream.next().value, state.settings));
-      state.step += 1;
+    let validation = null;
+    if (state.evaluation) validation = evaluateHeldOut(state, start + 10);
+    else {
+      while (now() - start < 10) {
+        losses.push(trainStep(state.model, state.stream.next().value, state.settings));
+        state.step += 1;
+        if (asks(state)) {
+          evaluateHeldOut(state, 0, true);  // begun: its slices follow
+          break;
+        }
+      }
     }
     state.seconds += (now() - start) / 1000;
-    // the held-out set every 2 s and the watched sequences 4 times a second: a small
-    // share of the time, even for the chapter's model
-    // a sequence just typed goes first: the held-out set waits for the next slice
-    const time = now(), asked = state.lastView === -Infinity;
-    const validate = !asked && time - state.lastEval > 2000;
-    post(progress(state, losses, validate, asked || time - state.lastView > 250));
+    if (validation && state.reached && state.reached.step === validation.step) {
+      state.reached.seconds = state.seconds;
+    }
+    // besides, the held-out set every 2 s and the watched sequences 4 times a second: a
+    // small share of the time, even for the chapter's model; a sequence just typed goes
+    // first
+    const time = now(), typed = state.lastView === -Infinity;
+    if (!state.evaluation && !validation && !typed && time - state.lastEval > 2000) {
+      evaluateHeldOut(state, 0);
+    }
+    post(progress(state, losses, validation, typed || time - state.lastView > 250));
     soon(() => loop(state, post, ticket));
   }
 
@@ -978,69 +1056,62 @@ function transformerTrainerModule(scope) {
     channel.port2.postMessage(null);
   }
 
-  // what the page shows: losses since the last report, the speed, the held-out loss
-  // and exact match (when `validate`) and the watched sequences (when `show`)
-  function progress(state, losses, validate, show = validate) {
+  // what the page shows: losses since the last report, the speed, a finished held-out
+  // evaluation (or null), the step the target was reached at, and the watched sequences
+  // (when `show`)
+  function progress(state, losses, validation, show = false) {
     const time = now(), mark = state.mark || {time, step: state.step};
     let speed = (state.step - mark.step) / Math.max(1e-3, (time - mark.time) / 1000);
     if (time - mark.time > 3000) state.mark = {time, step: state.step};
     if (!state.running) speed = 0;
-    let validation = null;
-    if (validate) {
-      state.lastEval = time;
-      validation = {step: state.step,
-        ...evaluate(state.model, state.heldOut, state.settings.labelSmoothing)};
-    }
     if (show) state.lastView = time;
     return {type: "progress", step: state.step, seconds: state.seconds, losses,
-      stepsPerSecond: speed, validation, view: show ? view(state) : null,
-      running: state.running};
+      stepsPerSecond: speed, validation, reached: state.reached, heldOut: state.heldOut.n,
+      view: show ? view(state) : null, running: state.running};
   }
 
   // the typed sequence's output, and the chosen example's (0 = the typed one, k = the
-  // held-out example k) output with its cross-attention
+  // held-out example k) output with its cross-attention; a typed sequence longer than
+  // the positions hold (max_len - 1 symbols and the end) is cut, and `typedLength` says
+  // how long it was
   function view(state) {
-    const typed = state.typed.filter(id => id >= FIRST && id < FIRST + N_SYMBOLS)
-      .slice(0, state.model.c.max_len - 1);
+    const symbols = state.typed.filter(id => id >= FIRST && id < FIRST + N_SYMBOLS);
+    const typed = symbols.slice(0, state.model.c.max_len - 1);
     const typedOut = typed.length ? greedy(state.model, typed).output : [];
     const source = state.example > 0 ? state.examples[state.example - 1] : typed;
-    if (!source || !source.length) return {typed, typedOut, example: null};
+    const shown = {typed, typedLength: symbols.length, typedOut, example: null};
+    if (!source || !source.length) return shown;
     const decoded = greedy(state.model, source);
-    return {typed, typedOut, example: {source, output: decoded.output,
+    return {...shown, example: {source, output: decoded.output,
       expected: [...source].reverse().concat([EOS_ID]), cross: decoded.cross}};
   }
 
   // trainReversal's run, as fast as it goes: message.steps steps, or with
-  // message.target until the held-out exact match reaches it (asked when a batch, before
-  // its update, is within 3 points of it) or message.maxSeconds pass; reports {steps,
-  // seconds, losses, exactMatch, ...} once
+  // message.target until the held-out exact match reaches it (asked by `asks`) or
+  // message.maxSeconds pass; reports {steps, seconds, losses, exactMatch, ...} once
   function runHeadless(state, message, post) {
-    const options = message.options || {}, target = message.target;
-    initRun(state, options, () => {});
+    const options = message.options || {};
+    initRun(state, options);
+    state.target = message.target;
     const losses = [], start = now(), limit = 1000 * (message.maxSeconds || Infinity);
-    const steps = target ? Infinity : message.steps || 100;
-    let held = null, asked = -Infinity;
-    const done = () => losses.length >= steps || now() - start >= limit
-      || (held && held.exactMatch >= target);
+    const steps = state.target ? Infinity : message.steps || 100;
+    let held = null;
+    const done = () => losses.length >= steps || now() - start >= limit || state.reached;
     const step = () => {
       const until = now() + 100;
       while (!done() && now() < until) {
         losses.push(trainStep(state.model, state.stream.next().value, state.settings));
-        if (target && state.model.batchExact >= target - 0.03 && losses.length > asked + 10) {
-          asked = losses.length;
-          held = evaluate(state.model, state.heldOut, state.settings.labelSmoothing);
-        }
+        state.step += 1;
+        if (asks(state)) held = evaluateHeldOut(state, Infinity, true);
       }
       if (!done()) return void soon(step);
       const seconds = (now() - start) / 1000;
-      if (!target || !held || held.exactMatch < target) {
-        held = evaluate(state.model, state.heldOut, state.settings.labelSmoothing);
-      }
+      if (!state.reached) held = evaluateHeldOut(state);
       post({type: "result", steps: losses.length, seconds, losses,
-        exactMatch: held.exactMatch, validationLoss: held.loss, reached: !!target
-          && held.exactMatch >= target, stepsPerSecond: losses.length / seconds,
+        exactMatch: held.exactMatch, validationLoss: held.loss, reached: !!state.reached,
+        stepsPerSecond: losses.length / seconds,
         worker: typeof WorkerGlobalScope !== "undefined", float64: !!options.float64,
-        config: state.model.c, heldOut: state.heldOut.B});
+        config: state.model.c, heldOut: state.heldOut.n});
     };
     step();
   }
@@ -1052,7 +1123,7 @@ function transformerTrainerModule(scope) {
     reversalBatches, modelConfig, parameterShapes, createModel, product, simd: !!SIMD,
     forward, backward,
     labelSmoothedLoss, smoothingFloor, clipGradients, noamLr, adamUpdate, trainStep,
-    evaluate, greedy, createSession,
+    evaluate, evaluateSlices, heldOutSet, greedy, createSession,
     // the worker's source, common.js and this script: the page builds its Worker from it
     workerSource: () => [transformerCommonModule, transformerTrainerModule]
       .map(module => `(${String(module)})(self);\n`).join(""),
