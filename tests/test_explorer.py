@@ -440,7 +440,8 @@ def test_chapter_14_page_shows_the_records(browser, book_html):
         page.wait_for_selector("#shipped-attention rect[data-q]")
         # the menu lists the directions in the chapter's order: find each by its label
         labels = page.eval_on_selector_all(
-            "#shipped-attention select[name=direction] option", "options => options.map(o => o.text)"
+            "#shipped-attention select[name=direction] option",
+            "options => options.map(o => o.text)",
         )
         assert sorted(labels) == sorted(runs)
         for direction, records in runs.items():

@@ -82,20 +82,18 @@ def precision(entry: dict) -> str:
 
 def benchmarks() -> str:
     rows = [
-        "| precision | preset | changes | compiled | device | steps/s | target tokens/s "
-        "| MFU | loop/bare step |",
-        "|---|---|---|---|---|--:|--:|--:|--:|",
+        "| loop | device | steps/s | target tokens/s | MFU | loop/bare step |",
+        "|---|---|--:|--:|--:|--:|",
     ]
     for e in json.loads((RESULTS / "benchmarks.json").read_text()):
         if e["benchmark"] != "train_loop":
             continue
-        changes = ", ".join(f"{k} {v}" for k, v in e.get("changes", {}).items()) or "none"
+        changes = ", ".join(f"{k} {v}" for k, v in e.get("changes", {}).items())
+        loop = f"{e['preset']}" + (f" ({changes})" if changes else "")
+        loop += f", {precision(e)}" + (", compiled" if e["compile"] else "")
         cells = (
-            precision(e),
-            e["preset"],
-            changes,
-            "yes" if e["compile"] else "no",
-            e["provenance"]["device"],
+            loop,
+            machine_words(e["provenance"]["device"]),
             f"{e['steps_per_s']:,.2f}",
             f"{e['target_tokens_per_s']:,.0f}",
             "" if e["mfu"] is None else f"{e['mfu']:.2%}",
