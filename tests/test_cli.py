@@ -75,12 +75,28 @@ def test_help_explains_every_flag(capsys):
     assert "train" in build_parser().format_help()
 
 
-def test_missing_corpus_gets_the_loaders_error(tmp_path, monkeypatch, capsys):
-    monkeypatch.setenv("MULTI30K_DIR", str(tmp_path / "nowhere"))
+def test_a_run_without_its_corpus_stops_in_one_line_and_writes_nothing(
+    tmp_path, monkeypatch, capsys
+):
+    """MULTI30K_DIR is an empty folder: train stops with the loader's error, in one line, and
+    leaves no run folder, no folder above it that it made, and no lock; a folder that was there
+    keeps what it held, and gets nothing more."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    monkeypatch.setenv("MULTI30K_DIR", str(empty))
     monkeypatch.setenv("TQDM_DISABLE", "1")
-    status = main(["train", "--max-steps", "2", "--out", str(tmp_path / "run")])
-    assert status == 1
-    assert "MULTI30K_DIR" in capsys.readouterr().err
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine")
+    for out in (tmp_path / "runs" / "run", mine):
+        assert main(["train", "--max-steps", "2", "--out", str(out)]) == 1
+        err = capsys.readouterr().err
+        assert err == (
+            f"python -m transformer train: error: {empty / 'train.en.gz'} does not exist; "
+            f"MULTI30K_DIR={empty} must hold train.en.gz\n"
+        )
+    left = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*"))
+    assert left == ["empty", "mine", "mine/notes.txt"]
 
 
 # every TrainConfig field away from its default, and valid together
@@ -141,6 +157,69 @@ def test_translate_keeps_empty_lines_and_warns_on_long_input(
     assert len(lines) == 4 and lines[0] and lines[1] == "" and lines[3] == ""
     assert "does not look like an image caption" not in err  # a checkpoint has no check
     assert beam_alphas == [0.6]  # no --alpha: the paper's
+
+
+def stdin_of(data: bytes) -> io.TextIOWrapper:
+    """Standard input holding `data`, opened as Python opens it in a UTF-8 locale (strict)."""
+    return io.TextIOWrapper(io.BytesIO(data), encoding="utf-8")
+
+
+def test_translate_refuses_text_that_is_not_utf8_naming_its_line(monkeypatch, capsys):
+    """A byte that is not UTF-8, on standard input or in an argument (which Python keeps as a
+    lone surrogate), is a one-line error naming the line, the byte and the fix; nothing is
+    translated."""
+    fix = "convert the text first, e.g. with iconv -f latin1 -t utf-8"
+    monkeypatch.setattr("sys.stdin", stdin_of(b"A dog runs.\n\ncaf\xe9 au lait\n"))
+    assert main(["translate", "--model", "en-de"]) == 1
+    assert capsys.readouterr() == (
+        "",
+        "python -m transformer translate: error: line 3 of standard input is not UTF-8 "
+        f"(byte 0xe9 at character 4); {fix}\n",
+    )
+    assert main(["translate", "--model", "en-de", "A dog runs.", "caf\udce9"]) == 1
+    assert capsys.readouterr() == (
+        "",
+        "python -m transformer translate: error: argument 2 is not UTF-8 (byte 0xe9 at "
+        f"character 4); {fix}\n",
+    )
+
+
+def test_translate_from_a_shell_gets_bytes_that_are_not_utf8_without_a_traceback():
+    """The command as a user types it: `printf 'caf\\xe9\\n' | python -m transformer ...`."""
+    done = subprocess.run(
+        [sys.executable, "-m", "transformer", "translate", "--model", "en-de"],
+        input=b"caf\xe9\n",
+        capture_output=True,
+        timeout=300,
+    )
+    assert done.returncode == 1 and not done.stdout
+    err = done.stderr.decode()
+    assert err.startswith("python -m transformer translate: error: line 1 of standard input")
+    assert err.count("\n") == 1 and "Traceback" not in err
+
+
+@pytest.mark.parametrize("blank", ["", "   ", "\t \n"])
+def test_translate_says_there_is_nothing_to_translate(blank, monkeypatch, capsys):
+    """A blank argument, or an input with no text, is an error on stderr with exit status 1,
+    in the page's words; a blank line among others gives an empty line, keeping the lines
+    aligned."""
+    assert main(["translate", "--model", "en-de", "A dog runs.", blank]) == 1
+    assert capsys.readouterr() == (
+        "",
+        "python -m transformer translate: error: there is nothing to translate: argument 2 "
+        "is empty or only spaces\n",
+    )
+    monkeypatch.setattr("sys.stdin", stdin_of(blank.encode()))
+    assert main(["translate", "--model", "en-de"]) == 1
+    out, err = capsys.readouterr()
+    assert not out and err.endswith(
+        "there is nothing to translate: standard input is empty or only spaces\n"
+    )
+    monkeypatch.setattr("sys.stdin", stdin_of(f"A dog runs.\n{blank}\nA cat.\n".encode()))
+    assert main(["translate", "--model", "en-de"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 3 + blank.count("\n") and out[0] and out[-1]
+    assert not any(out[1:-1])
 
 
 def test_trained_on_picks_a_shipped_model_and_refuses_one_not_shipped(capsys):
@@ -378,12 +457,30 @@ def test_ship_stores_a_translator_beside_the_other_kind_and_drops_files_no_model
     assert shipped.out_of_domain(["A dog runs.", "How do I reset my password?"]) == [False, True]
 
 
+# python -m transformer as __main__ runs it, then the names of the threads the process has left
+MAIN_THEN_THREADS = """
+import os, sys, time
+STARTED = time.perf_counter()
+from transformer.cli import main
+status = main(sys.argv[1:], started=STARTED)
+tasks = "/proc/self/task"
+names = [open(f"{tasks}/{t}/comm").read().strip() for t in sorted(os.listdir(tasks))]
+print("threads left:", *names)
+sys.exit(status)
+"""
+
+
 def test_torchrun_ranks_stop_together_at_max_seconds(tmp_path):
     """Rank 0's clock decides: both processes stop at the first log point past max_seconds
-    (here the first, as loading alone takes longer than 0.5 s) and rank 0 saves."""
+    (here the first, as loading alone takes longer than 0.5 s) and rank 0 saves. When main
+    returns, neither process has a thread of the process group left (gloo's), which could
+    still be freeing a tensor while the interpreter shuts down: once, in CI, rank 1 aborted
+    so ("terminate called without an active exception")."""
     out = tmp_path / "ddp-boxed"
+    script = tmp_path / "main.py"
+    script.write_text(MAIN_THEN_THREADS)
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
-    command += ["-m", "transformer", "train", "--preset", "tiny", "--max-steps", "1000"]
+    command += [str(script), "train", "--preset", "tiny", "--max-steps", "1000"]
     command += ["--max-seconds", "0.5", "--device", "cpu", "--token-budget", "300"]
     command += ["--log-every", "3", "--out", str(out)]
     env = os.environ | {"TQDM_DISABLE": "1"}
@@ -395,6 +492,8 @@ def test_torchrun_ranks_stop_together_at_max_seconds(tmp_path):
         "latest.pt",
         "step_0000003.pt",
     ]
+    left = [line for line in done.stdout.splitlines() if line.startswith("threads left:")]
+    assert len(left) == 2 and not any("gloo" in line for line in left), left
 
 
 def write_grid(path, trials: dict, decoding: list[dict], **base) -> str:

@@ -12,6 +12,7 @@ __all__ = [
     "trim_metrics",
     "RunFolderBusy",
     "lock_run_folder",
+    "leave_as_found",
 ]
 
 # %% ../../notebooks/16_training_loop.ipynb #cdce8c94
@@ -129,10 +130,13 @@ class RunFolderBusy(OSError):
 def lock_run_folder(folder: str | Path) -> Iterator[Path]:
     """Hold the lock of run folder `folder` (made if missing) inside the block, so that
     one process alone writes there. If another process holds it, fail at once with
-    RunFolderBusy, naming it. The lock is flock's: it ends with its process."""
+    RunFolderBusy, naming it. The lock is flock's: it ends with its process. A block
+    that fails having written nothing leaves no trace (leave_as_found)."""
     import fcntl  # POSIX only: imported here, so that the module loads anywhere
 
     folder = Path(folder)
+    made = [p for p in (folder, *folder.parents) if not p.exists()]  # innermost first
+    found = set(folder.iterdir()) if folder.is_dir() else set()
     folder.mkdir(parents=True, exist_ok=True)
     with open(folder / LOCK_FILE, "a+") as f:
         try:
@@ -149,5 +153,24 @@ def lock_run_folder(folder: str | Path) -> Iterator[Path]:
         f.flush()
         try:
             yield folder
+        except BaseException:
+            leave_as_found(folder, found, made)
+            raise
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)  # also for a child that inherited the file
+
+
+def leave_as_found(folder: Path, found: set[Path], made: list[Path]) -> None:
+    """After a failed block: if nothing but the lock file is new in `folder` (whose
+    entries were `found`), remove that file and the folders `made` for it, innermost
+    first. A folder that held something before keeps it."""
+    lock = folder / LOCK_FILE
+    if set(folder.iterdir()) - found - {lock}:
+        return  # the run wrote there: its files, and its lock, stay
+    if lock not in found:
+        lock.unlink()
+    for path in made:
+        try:
+            path.rmdir()
+        except OSError:  # another process wrote there meanwhile
+            return

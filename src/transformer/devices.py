@@ -102,6 +102,11 @@ def setup_distributed(device: str = "auto") -> tuple[int, int, torch.device]:
         dev = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
         torch.cuda.set_device(dev)
     if not dist.is_initialized():
+        # imported before the group exists: its functions take the default group as a
+        # default argument, so imported later (DDP does), it would keep the group, and
+        # gloo's threads, alive after destroy_process_group, until the interpreter exits
+        import torch.distributed.nn as _  # noqa: F401
+
         dist.init_process_group("nccl" if dev.type == "cuda" else "gloo")
     return dist.get_rank(), world_size, dev
 

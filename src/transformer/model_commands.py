@@ -2,20 +2,25 @@
 
 # %% auto #0
 __all__ = [
+    "UNDECODED",
     "Loaded",
     "add_translate_parser",
     "warn_out_of_domain",
     "run_translate",
+    "decoded",
+    "argument_texts",
+    "input_lines",
     "add_evaluate_parser",
     "run_evaluate",
 ]
 
 # %% ../../notebooks/19_command_line.ipynb #bd1eded0
 import argparse
+import re
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, TextIO
 
 import torch
 
@@ -84,10 +89,13 @@ def add_translate_parser(commands: argparse._SubParsersAction) -> None:
         help="translate sentences with a trained model",
         description="Translate the texts given as arguments, or else each line of "
         "standard input, and print one translation per line; a text of several "
-        "sentences is translated sentence by sentence. An empty line gives an empty "
-        "line; a sentence longer than the model's max_len is truncated, with a "
-        "warning. With --model, a line unlike the image captions the model learned "
-        "from (its in-domain check) gets a warning on standard error.",
+        "sentences is translated sentence by sentence. A blank line of input gives an "
+        "empty line, so that the lines stay aligned; a blank argument, or input "
+        "without any text, is an error (nothing to translate), and so is text that is "
+        "not in the locale's encoding (UTF-8), naming its line. A sentence longer "
+        "than the model's max_len is truncated, with a warning. With --model, a line "
+        "unlike the image captions the model learned from (its in-domain check) gets "
+        "a warning on standard error.",
     )
     p.add_argument("sentences", nargs="*", help="sentences to translate (default: standard input)")
     add_checkpoint_arguments(p)
@@ -111,13 +119,60 @@ def warn_out_of_domain(prog: str, translator: Pretrained, texts: list[str]) -> N
 
 
 def run_translate(args: argparse.Namespace) -> int:
+    texts = argument_texts(args.sentences)  # checked before the model loads
     m = _load(args)
-    texts = args.sentences or sys.stdin.read().splitlines()
+    texts = texts or input_lines(sys.stdin)
     translator = m.shipped or Pretrained(f"{m.src}-{m.tgt}", m.model, m.tokenizer, m.decoding)
     warn_out_of_domain(args.parser.prog, translator, texts)
     for line in translator.translate(texts):  # sentence by sentence, a line per text
         print(line)
     return 0
+
+
+# %% ../../notebooks/19_command_line.ipynb #f7d3a9b2
+UNDECODED = re.compile("[\udc80-\udcff]")  # how Python keeps a byte it cannot decode
+
+
+def decoded(text: str, where: str, encoding: str) -> str:
+    """`text` as Python read it, once every byte of it was `encoding`: Python keeps a
+    byte it cannot decode as a lone surrogate (surrogateescape), which no tokenizer
+    takes. One is an error that names `where`, the byte and the fix."""
+    if bad := UNDECODED.search(text):
+        byte = ord(bad[0]) - 0xDC00
+        raise ValueError(
+            f"{where} is not {encoding.upper()} (byte 0x{byte:02x} at character "
+            f"{bad.start() + 1}); convert the text first, e.g. with iconv -f latin1 "
+            f"-t {encoding}"
+        )
+    return text
+
+
+def argument_texts(texts: list[str]) -> list[str]:
+    """The texts given as arguments, each decoded and not blank: a blank argument is a
+    mistake, with nothing to translate."""
+    encoding = sys.getfilesystemencoding()  # how Python decoded the command line
+    for number, text in enumerate(texts, 1):
+        decoded(text, f"argument {number}", encoding)
+        if not text.strip():
+            raise ValueError(
+                f"there is nothing to translate: argument {number} is empty or only spaces"
+            )
+    return texts
+
+
+def input_lines(stream: TextIO) -> list[str]:
+    """The lines of `stream` (standard input), read as bytes and decoded here, so that
+    a line that is not text is named (decoded). A blank line stays, and gives an empty
+    line; an input without any text is an error."""
+    encoding = getattr(stream, "encoding", None) or "utf-8"
+    raw = getattr(stream, "buffer", None)  # a StringIO has none
+    text = raw.read().decode(encoding, "surrogateescape") if raw else stream.read()
+    lines = text.splitlines()
+    for number, line in enumerate(lines, 1):
+        decoded(line, f"line {number} of standard input", encoding)
+    if not text.strip():
+        raise ValueError("there is nothing to translate: standard input is empty or only spaces")
+    return lines
 
 
 # %% ../../notebooks/19_command_line.ipynb #4a283b4b

@@ -10,6 +10,7 @@ __all__ = [
     "LogTimer",
     "run_steps",
     "train",
+    "run_training",
 ]
 
 # %% ../../notebooks/16_training_loop.ipynb #51aeeb05
@@ -204,34 +205,43 @@ def train(cfg: TrainConfig, started: float | None = None) -> dict:
 
     Writes `cfg.out`/metrics.jsonl and checkpoints/ (rank 0 only, holding the folder's
     lock throughout). Under torchrun, every process trains one DistributedDataParallel
-    replica on its share of the batches. `started` is a time.perf_counter() reading
-    from when the process started (default: now); the run's wall clock, and
-    max_seconds, count from it."""
+    replica on its share of the batches, and leaves the process group at the end (its
+    threads end with it). `started` is a time.perf_counter() reading from when the
+    process started (default: now); the run's wall clock, and max_seconds, count from
+    it."""
     rank, world_size, device = setup_distributed(cfg.device)
     try:
-        with lock_run_folder(cfg.out) if rank == 0 else nullcontext():
-            run = start_run(cfg, rank, world_size, device, started)
-            total = min(cfg.max_steps or math.inf, (cfg.epochs or math.inf) * len(run.data))
-            last = run_steps(run, total)
-        if run.rank == 0 and run.stopped_by in STOP_SIGNALS:
-            print(
-                f"stopped by {run.stopped_by} at step {run.step}, saved in "
-                f"{run.latest}; to go on, run the same command with --resume (in "
-                "Python: resume=True)",
-                file=sys.stderr,
-            )
-        return {
-            "step": run.step,
-            "loss": last.get("loss"),
-            "val_loss": last.get("val_loss"),
-            "wall_s": round(run.wall(), 2),
-            "epoch": run.data.epoch,
-            "stopped_by": run.stopped_by,
-            "checkpoint": str(run.latest),
-            "parameters": sum(p.numel() for p in run.model.parameters()),
-            "batch_shapes": len(run.data.shapes),
-            "compiled_graphs": compiled_graphs() if cfg.compile else None,
-        }
-    finally:
+        return run_training(cfg, rank, world_size, device, started)
+    finally:  # the run, and its DDP's hold on the group, went with run_training
         if world_size > 1:
             dist.destroy_process_group()
+
+
+def run_training(
+    cfg: TrainConfig, rank: int, world_size: int, device: torch.device, started=None
+) -> dict:
+    """Start the run in its locked folder (rank 0), train it to its end, and summarize
+    it."""
+    with lock_run_folder(cfg.out) if rank == 0 else nullcontext():
+        run = start_run(cfg, rank, world_size, device, started)
+        total = min(cfg.max_steps or math.inf, (cfg.epochs or math.inf) * len(run.data))
+        last = run_steps(run, total)
+    if run.rank == 0 and run.stopped_by in STOP_SIGNALS:
+        print(
+            f"stopped by {run.stopped_by} at step {run.step}, saved in "
+            f"{run.latest}; to go on, run the same command with --resume (in "
+            "Python: resume=True)",
+            file=sys.stderr,
+        )
+    return {
+        "step": run.step,
+        "loss": last.get("loss"),
+        "val_loss": last.get("val_loss"),
+        "wall_s": round(run.wall(), 2),
+        "epoch": run.data.epoch,
+        "stopped_by": run.stopped_by,
+        "checkpoint": str(run.latest),
+        "parameters": sum(p.numel() for p in run.model.parameters()),
+        "batch_shapes": len(run.data.shapes),
+        "compiled_graphs": compiled_graphs() if cfg.compile else None,
+    }
