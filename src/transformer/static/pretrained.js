@@ -9,7 +9,7 @@
 // It also holds the in-domain check and the sentence splitter of domain.py: a text is
 // translated sentence by sentence, and flagged where it does not look like a caption.
 // translator.js (the page) loads transformer.js, then this file; this one leaves
-// window.transformerPretrained: {translate, debug, isLoaded, UNK_ID}.
+// window.transformerPretrained: {translate, debug, isLoaded, UNK_ID, pace, breathe}.
 //
 //   function                 mirrors (src/transformer/, or the library named)
 //   fromBase64, hex          (bytes)
@@ -27,6 +27,8 @@
 //   decodeIds                sentencepiece's Decode (tokenizer.decode)
 //   captionTokens, readCounts, captionCheck
 //                            domain.caption_tokens, domain.read_counts, CaptionCheck
+//   otherLanguage, reverseOf domain.other_language, pretrained.reverse_of
+//   betterDirection          Pretrained.better_direction, on one text
 //   strip                    str.strip (Python's whitespace, not JavaScript's)
 //   endsSentence, splitSentences
 //                            domain.ends_sentence, domain.split_sentences
@@ -37,8 +39,10 @@
 //   loadTranslator           pretrained.load_pretrained
 //   sourceIds, translateSentence
 //                            evaluation.translate, on one sentence
-//   translate, summary       Pretrained.translate (domain.translate_texts) and
-//                            Pretrained.out_of_domain, with what the page shows
+//   translate, summary       Pretrained.translate (domain.translate_texts),
+//                            Pretrained.out_of_domain and better_direction, with what
+//                            the page shows; sentence by sentence, paced
+//                            (transformer.js's paced)
 (() => {
   "use strict";
   const T = window.transformerModel;  // transformer.js
@@ -516,6 +520,19 @@
     return {cost, flags, threshold};
   }
 
+  // domain.other_language: whether a text reads as a caption of the other language: the
+  // check of its own language flags it, the other language's passes it
+  const otherLanguage = (own, other, text) => own.flags(text) && !other.flags(text);
+
+  // pretrained.reverse_of: "de-en" for "en-de"
+  const reverseOf = direction => direction.split("-").reverse().join("-");
+
+  // Pretrained.better_direction on one text: the reverse direction where the text
+  // reads as a caption of the target language (otherLanguage, with the checks of the
+  // source language, own, and of the target, other), else null; null without both
+  const betterDirection = (direction, own, other, text) =>
+    (own && other && otherLanguage(own, other, text) ? reverseOf(direction) : null);
+
   // ---------------------------------------------------------------- sentences
 
   // Python's whitespace (str.isspace, and \s in its re), which JavaScript's \s and trim
@@ -642,6 +659,14 @@
   const loadDomain = direction => memo(`domain ${direction}`,
     async () => domainOf(shippedEntry(await manifest(), direction)));
 
+  // the in-domain check of the direction's target language, as load_pretrained takes
+  // it: the reverse direction's, null where that direction is not shipped; loaded only
+  // for a text that the direction's own check flags
+  const loadTargetDomain = async direction => {
+    const reverse = reverseOf(direction);
+    return (await manifest())[reverse] ? loadDomain(reverse) : null;
+  };
+
   // The decoding the entry was shipped with (decoding.Decoding: beam_size, alpha), and
   // the most tokens beyond the source's length: the entry's extra_length where it has
   // one, else decoding.EXTRA_LENGTH, as decoding.length_limits takes it.
@@ -733,8 +758,8 @@
 
   // attention_maps.attention_maps as [layer][head][query][key] arrays: "encoder"
   // (S, S) from the weights encode wrote, (n_layers, n_heads, S, S) flat; "decoder"
-  // and "cross" recomputed, teacher-forced on outIds
-  function attentionMaps(model, memory, encoderWeights, S, outIds) {
+  // and "cross" recomputed, teacher-forced on outIds, paced
+  async function attentionMaps(model, memory, encoderWeights, S, outIds) {
     const grid = (l, h) => Array.from({length: S}, (_, i) => {
       const row = ((l * model.n_heads + h) * S + i) * S;
       return Array.from(encoderWeights.subarray(row, row + S));
@@ -742,7 +767,7 @@
     return {
       encoder: model.encoder.map((_, l) =>
         Array.from({length: model.n_heads}, (_, h) => grid(l, h))),
-      ...T.decoderAttention(model, memory, S, outIds),
+      ...await T.paced(T.decoderAttentionSteps(model, memory, S, outIds)),
     };
   }
 
@@ -768,7 +793,7 @@
     if (!S) return result;  // "" as evaluation.translate gives for an empty line
     const encoderWeights =  // (n_layers, n_heads, S, S)
       S > upTo ? null : new Float64Array(model.n_layers * model.n_heads * S * S);
-    const memory = T.encode(model, src.ids, encoderWeights);
+    const memory = await T.paced(T.encodeSteps(model, src.ids, encoderWeights));
     const best = await T.beamSearch(model, src.ids, memory, decoding);
     Object.assign(result, {outputIds: best.ids,
       outputPieces: best.ids.map(id => vocab.pieces[id]),
@@ -776,7 +801,8 @@
       confidence: best.logP / best.ids.length});
     result.seconds = (performance.now() - start) / 1000;
     if (encoderWeights && best.ids.length <= upTo) {
-      result.attention = attentionMaps(model, memory, encoderWeights, S, best.ids);
+      result.attention =
+        await attentionMaps(model, memory, encoderWeights, S, best.ids);
     }
     return result;
   }
@@ -795,11 +821,14 @@
   }
 
   // the text's result from its sentences' (Pretrained.translate joins their
-  // translations with a space) and its in-domain check (Pretrained.out_of_domain)
-  function summary(translator, text, sentences, seconds, loadSeconds) {
+  // translations with a space) and its in-domain check (Pretrained.out_of_domain), with
+  // the direction to translate in instead (Pretrained.better_direction), else null:
+  // `target`, the target language's check, is loaded where the text is flagged
+  function summary(translator, text, sentences, target, {seconds, loadSeconds}) {
     const {direction, domain, model} = translator;
     return {direction, text, translation: sentences.map(s => s.translation).join(" "),
       outOfDomain: domain ? domain.flags(text) : false,
+      betterDirection: betterDirection(direction, domain, target, text),
       cost: domain ? domain.cost(text) : null,
       threshold: domain ? domain.threshold : null, sentences,
       truncated: sentences.some(s => s.truncated),
@@ -809,26 +838,41 @@
   }
 
   // Pretrained.translate on one text: its sentences (splitSentences) translated one by
-  // one (translateSentence), as the package translates them in a batch. Returns
-  // {direction, text, translation, outOfDomain, cost, threshold, sentences (each
+  // one (translateSentence), as the package translates them in a batch, the page given
+  // back to the browser between steps (transformer.js's paced). Returns {direction,
+  // text, translation, outOfDomain, betterDirection, cost, threshold, sentences (each
   // translateSentence's, with its source), truncated, unknown, maxLength, seconds,
   // loadSeconds, message}. options.attention false: no attention maps;
-  // options.attentionUpTo: none for a sentence longer than that many pieces.
+  // options.attentionUpTo: none for a sentence longer than that many pieces;
+  // options.progress({done, total, sentences}): called before the first sentence and
+  // after each, with the results so far; options.signal: an AbortSignal, checked
+  // between sentences (aborted: the Promise rejects with its reason).
   function translate(direction, text, options = {}) {
     return inTurn(async () => {
       if (typeof text !== "string") {
         throw new TypeError(
           "transformerTranslate(direction, text) takes the text as a string");
       }
+      T.pace.start();
       const loadStart = performance.now(), translator = await loadTranslator(direction);
       const loadSeconds = (performance.now() - loadStart) / 1000;
       const upTo = options.attention === false ? 0 : options.attentionUpTo || Infinity;
-      const start = performance.now(), sentences = [];
-      for (const sentence of splitSentences(text)) {
+      const start = performance.now(), sentences = [], parts = splitSentences(text);
+      const progress = options.progress || (() => {});
+      progress({done: 0, total: parts.length, sentences});
+      for (const sentence of parts) {
+        options.signal?.throwIfAborted();
         sentences.push(await translateSentence(translator, sentence, upTo));
+        progress({done: sentences.length, total: parts.length, sentences});
+        await T.breathe();
       }
       const seconds = (performance.now() - start) / 1000;
-      return summary(translator, text, sentences, seconds, loadSeconds);
+      const flagged = translator.domain && translator.domain.flags(text);
+      const target = flagged ? await loadTargetDomain(direction) : null;
+      const result =
+        summary(translator, text, sentences, target, {seconds, loadSeconds});
+      T.pace.stop();
+      return result;
     });
   }
 
@@ -884,7 +928,22 @@
       return texts.map(text => ({tokens: captionTokens(text), cost: domain.cost(text),
         outOfDomain: domain.flags(text)}));
     },
+    // of each text, the direction Pretrained.better_direction names, or null; loads the
+    // words files of both languages only
+    betterDirection: async (direction, texts) => {
+      const own = await loadDomain(direction);
+      const other = await loadTargetDomain(direction);
+      return texts.map(text => betterDirection(direction, own, other, text));
+    },
+    // the longest run of work between two breaks of transformer.js's pacing (ms) and
+    // the breaks, since the last reset
+    pace: async (reset = false) => {
+      const {longest, breaks} = T.pace;
+      if (reset) Object.assign(T.pace, {longest: 0, breaks: 0});
+      return {longest, breaks};
+    },
   };
 
-  window.transformerPretrained = {translate, debug, isLoaded, UNK_ID};
+  window.transformerPretrained =
+    {translate, debug, isLoaded, UNK_ID, pace: T.pace, breathe: T.breathe};
 })();

@@ -17,16 +17,21 @@
 //   project              multihead.project
 //   multiHeadAttention   multihead.MultiHeadAttention.forward
 //   encoderLayer         encoder.EncoderLayer.forward
-//   encode               model.Transformer.encode
+//   encode, encodeSteps  model.Transformer.encode (encodeSteps: a layer a step)
 //   decoderState         decoding.DecoderState, with its decoder.DecoderCache
 //   select               decoder.DecoderCache.select
 //   decoderLayer         decoder.DecoderLayer.forward, with its LayerCache
 //   decodeStep           model.Transformer.decode with a cache: one new position a row
 //   logSumExp            decoding.DecoderState.log_probs
 //   lp, lengthLimit      decoding.lp, decoding.length_limits
-//   beamSearch           decoding.beam_search; bestTotals and sortOut are its halves
+//   beamSearch           decoding.beam_search (beamSearchSteps: a decoding step a
+//                        step); bestTotals and sortOut are its halves
 //   decoderAttention     attention_maps.attention_maps, the decoder's maps
-//   view, scratch, keepFirstRow, pause: helpers with no Python counterpart
+//     (decoderAttentionSteps: a position a step)
+//   view, scratch, keepFirstRow: helpers with no Python counterpart
+//   pause, breathe, finish, paced, pace: the pacing of long work (no Python
+//                        counterpart): a generator's steps, with the page given back
+//                        to the browser between them
 //
 // Every matrix is a flat Float32Array, row-major: "x (rows, d_model)" means x[r][i] is
 // x[r * d_model + i]. Sums run in float64, as JavaScript's numbers; what they store is
@@ -325,16 +330,21 @@
 
   // Model.encode: the memory (S, d_model) of the source ids, no padding (one sentence).
   // With `weights`, each layer's and head's attention is written there:
-  // (n_layers, n_heads, S, S).
+  // (n_layers, n_heads, S, S). encodeSteps is the same a layer a step, for paced.
   function encode(model, ids, weights = null) {
+    return finish(encodeSteps(model, ids, weights));
+  }
+
+  function* encodeSteps(model, ids, weights = null) {
     const S = ids.length, n_heads = model.n_heads, s = scratch(model, S, S), x = s.x;
     embed(model, ids, ids.map((_, i) => i), x);
-    model.encoder.forEach((layer, l) => {
+    for (const [l, layer] of model.encoder.entries()) {
       // query i's weights over the S keys, for head h
       const keep = weights
         && ((i, h, p) => weights.set(p, ((l * n_heads + h) * S + i) * S));
       encoderLayer(model, layer, x, S, s, keep);
-    });
+      yield;
+    }
     return x;  // (S, d_model)
   }
 
@@ -442,12 +452,6 @@
   // decoding.length_limits: the source length + extra, at most model.max_len positions
   const lengthLimit = (model, S, extra) => Math.min(S + extra, model.max_len);
 
-  const pause = () => new Promise(resolve => {  // let the page handle its events
-    const channel = new MessageChannel();
-    channel.port1.onmessage = resolve;
-    channel.port2.postMessage(null);
-  });
-
   // beamSearch's first half: into top {value, index} (2k,), the 2k best totals
   // log P(prefix of row r) + log p(v), best first (ties: the lower index), and where
   // each is: index r * V + v into the logits (rows, V)
@@ -495,15 +499,18 @@
   // or at the limit; the best finished hypothesis wins (the first, on a tie). Step 1
   // runs one row: the k rows Python starts with are all [BOS], and all but the first
   // have log P = -inf. decoding: {beam_size, alpha, extra_length}, as shipped.
-  // Returns {ids (no BOS; EOS last unless cut), score, logP}.
+  // Returns {ids (no BOS; EOS last unless cut), score, logP}, paced a step at a time.
   async function beamSearch(model, srcIds, memory, decoding) {
+    return paced(beamSearchSteps(model, srcIds, memory, decoding));
+  }
+
+  function* beamSearchSteps(model, srcIds, memory, decoding) {
     const k = decoding.beam_size, S = srcIds.length;
     const limit = lengthLimit(model, S, decoding.extra_length);
     const state = decoderState(model, memory, S, k, limit);
     const top = {value: new Float64Array(2 * k), index: new Int32Array(2 * k)};
     let beams = {prefixes: [[]], scores: [0], tokens: [BOS_ID]};
     const finished = [];
-    let lastPause = performance.now();
     for (let t = 1; t <= limit; t++) {
       decodeStep(model, state, beams.tokens);
       bestTotals(model, state.logits, beams.scores, top);
@@ -512,10 +519,7 @@
       select(model, state, going.map(g => g.origin));
       beams = {prefixes: going.map(g => [...beams.prefixes[g.origin], g.token]),
         scores: going.map(g => g.total), tokens: going.map(g => g.token)};
-      if (performance.now() - lastPause > 100) {
-        await pause();
-        lastPause = performance.now();
-      }
+      yield;
     }
     return finished.reduce((best, h) => (h.score > best.score ? h : best));
   }
@@ -523,7 +527,12 @@
   // attention_maps.attention_maps: every layer's and head's attention while the decoder
   // reads [BOS, out[:-1]] (teacher-forced), as [layer][head][query][key] arrays:
   // "decoder" (T, T, zero above the diagonal) and "cross" (T, S).
+  // decoderAttentionSteps is the same a position a step, for paced.
   function decoderAttention(model, memory, S, outIds) {
+    return finish(decoderAttentionSteps(model, memory, S, outIds));
+  }
+
+  function* decoderAttentionSteps(model, memory, S, outIds) {
     const T = outIds.length, state = decoderState(model, memory, S, 1, T);
     const maps = {decoder: [], cross: []};
     for (const kind of ["decoder", "cross"]) {
@@ -532,7 +541,7 @@
     }
     const record = {self: model.decoder.map(() => []),
       cross: model.decoder.map(() => [])};
-    [BOS_ID, ...outIds.slice(0, -1)].forEach(token => {
+    for (const token of [BOS_ID, ...outIds.slice(0, -1)]) {
       decodeStep(model, state, [token], false, record);
       model.decoder.forEach((_, l) => {
         for (let h = 0; h < model.n_heads; h++) {
@@ -541,13 +550,61 @@
           maps.cross[l][h].push(record.cross[l][h]);
         }
       });
-    });
+      yield;
+    }
     return maps;
+  }
+
+  // ---------------------------------------------------------------- pacing
+
+  // A long translation must not freeze the page: the work is generators that yield
+  // between steps (an encoder layer, a decoding step, a position of the maps), and
+  // `paced` runs one, giving the main thread back to the browser (breathe) whenever
+  // SLICE ms of work have run since it last did, so that the page draws a frame and
+  // answers input between steps. `finish` runs a generator through at once.
+  // pace.longest: the longest run of work between two breaks (ms), from pace.start()
+  // to pace.stop(), as the tests read it; pace.breaks counts the breaks.
+  const SLICE = 20;  // ms: a frame is 16.7 ms at 60 Hz, and a step takes a few ms more
+
+  // the main thread given back: a task of its own (a message, unlike setTimeout not
+  // clamped to 4 ms), after which the browser may draw before it runs
+  const pause = () => new Promise(resolve => {
+    const channel = new MessageChannel();
+    channel.port1.onmessage = resolve;
+    channel.port2.postMessage(null);
+  });
+
+  const pace = {since: performance.now(), longest: 0, breaks: 0,
+    start() { pace.since = performance.now(); },  // a run of work begins
+    stop() { pace.longest = Math.max(pace.longest, performance.now() - pace.since); }};
+
+  async function breathe() {
+    if (performance.now() - pace.since < SLICE) return;
+    pace.stop();
+    pace.breaks += 1;
+    await pause();
+    pace.start();
+  }
+
+  function finish(steps) {
+    let step = steps.next();
+    while (!step.done) step = steps.next();
+    return step.value;
+  }
+
+  async function paced(steps) {
+    let step = steps.next();
+    while (!step.done) {
+      await breathe();
+      step = steps.next();
+    }
+    return step.value;
   }
 
   window.transformerModel = {
     PAD_ID, UNK_ID, BOS_ID, EOS_ID, EXTRA_LENGTH,
-    parameterShapes, buildModel, encode, decoderState, decodeStep, logSumExp, lp,
-    beamSearch, decoderAttention,
+    parameterShapes, buildModel, encode, encodeSteps, decoderState, decodeStep,
+    logSumExp, lp, beamSearch, decoderAttention, decoderAttentionSteps,
+    pace, breathe, paced,
   };
 })();

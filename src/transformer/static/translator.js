@@ -7,11 +7,14 @@
 // loads the weights in turn. Nothing comes from another host.
 //
 //   transformerTranslate(direction, text, options) -> Promise of {translation,
-//     outOfDomain, cost, threshold, sentences: [{source, translation, sourcePieces,
-//     sourceIds, outputPieces, outputIds, score, confidence, truncated, seconds,
-//     attention: {encoder, decoder, cross}}], truncated, unknown, seconds,
-//     loadSeconds, message} (pretrained.js's translate: Pretrained.translate sentence
-//     by sentence, Pretrained.out_of_domain, and what the page shows)
+//     outOfDomain, betterDirection, cost, threshold, sentences: [{source,
+//     translation, sourcePieces, sourceIds, outputPieces, outputIds, score,
+//     confidence, truncated, seconds, attention: {encoder, decoder, cross}}],
+//     truncated, unknown, seconds, loadSeconds, message} (pretrained.js's translate:
+//     Pretrained.translate sentence by sentence, Pretrained.out_of_domain and
+//     better_direction, and what the page shows); options.progress({done, total,
+//     sentences}) hears of each sentence, options.signal (an AbortSignal) stops it
+//     between sentences
 //   transformerDebug: what the tests compare with PyTorch (pretrained.js's debug)
 //   transformerTranslator: {translate, mount, mountAll, debug}
 //
@@ -23,11 +26,15 @@
 //   setStatus, showExamples, idle, changeDirection, chooseExample
 //                        the controls' parts and events
 //   clearResult, go      a submission: the old result cleared, then the new one
+//   showProgress         a long text's sentences as they come, and their count
+//   warningOn, switchDirection
+//                        the warning: not a caption, or a caption in the other
+//                        language, with a button that translates it the other way
 //   notesOn, piecesHtml, confidenceText, timeText, show
 //                        the result: warning, translation, notes and details
 //   packSentence         explorer.py's _sentence: a sentence's maps, packed
-//   showAttention        the attention explorer (explorer.js) on the last text's
-//                        sentences
+//   showAttention,       the attention explorer (explorer.js) on the last text's
+//     explorerBox        sentences
 (() => {
   "use strict";
   if (window.transformerTranslator) {
@@ -78,7 +85,7 @@
   // pretrained.js's debug functions, each loading the engine first
   const debug = Object.fromEntries(["load", "encode", "decode", "normalize",
     "encoderOutput", "firstStepLogProbs", "score", "sha256", "splitSentences",
-    "captionCheck"].map(name =>
+    "captionCheck", "betterDirection", "pace"].map(name =>
     [name, async (...args) => (await loadEngine()).debug[name](...args)]));
 
   // whether a direction's weights are loaded, or loading
@@ -127,7 +134,8 @@
       <div class="tx-actions"><button type="button" name="translate">Translate</button>
         <span class="tx-status" role="status" aria-live="polite"></span></div>
       <div class="tx-result" hidden>
-        <p class="tx-warning" role="alert" hidden>${esc(WARNING)}</p>
+        <p class="tx-warning" role="alert" hidden><span><span class="tx-warning-text"
+          ></span> <button type="button" name="switch" hidden></button></span></p>
         <p class="tx-translation"></p>
         <p class="tx-note" hidden></p>
         <dl class="tx-details">
@@ -142,7 +150,7 @@
 
   // One translator on the page: its controls in root (a .transformer-translator), and
   // its state, `tx`: the config, the controls, ticket (the latest submission: the
-  // results of older ones are dropped), running.
+  // results of older ones are dropped), running, stop (aborts the running one).
   function mount(root) {
     if (root.dataset.mounted) return;
     root.dataset.mounted = "yes";
@@ -154,12 +162,14 @@
     root.prepend(ui);
     const $ = selector => ui.querySelector(selector);
     const tx = {root, config, $, languages: languageNames(config), ticket: 0,
-      running: false, direction: $("select[name=direction]"),
-      example: $("select[name=example]"), textBox: $("textarea"), button: $("button"),
+      running: false, stop: new AbortController(),
+      direction: $("select[name=direction]"), example: $("select[name=example]"),
+      textBox: $("textarea"), button: $("button[name=translate]"),
       status: $(".tx-status")};
     tx.direction.addEventListener("change", () => changeDirection(tx));
     tx.example.addEventListener("change", () => chooseExample(tx));
     tx.button.addEventListener("click", () => go(tx));
+    $("button[name=switch]").addEventListener("click", () => switchDirection(tx));
     tx.textBox.addEventListener("keydown", event => {
       if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) go(tx);
     });
@@ -197,6 +207,7 @@
   // and put the same example in the new source language where the text is one
   function changeDirection(tx) {
     tx.ticket += 1;
+    tx.stop.abort();  // its remaining sentences are not translated
     const examples = tx.config.examples, text = tx.textBox.value;
     const from = Object.keys(examples).find(lang => examples[lang].includes(text));
     const i = from ? examples[from].indexOf(text) : -1;
@@ -221,7 +232,7 @@
     $(".tx-warning").hidden = true;
     $(".tx-note").hidden = true;
     for (const part of [".tx-translation", ".tx-note", ".tx-source", ".tx-output",
-      ".tx-confidence", ".tx-time"]) $(part).textContent = "";
+      ".tx-confidence", ".tx-time", ".tx-warning-text"]) $(part).textContent = "";
     $(".tx-attention").replaceChildren();
   }
 
@@ -237,14 +248,18 @@
     }
     tx.running = true;
     tx.button.disabled = true;
+    tx.stop = new AbortController();
     setStatus(tx, isLoaded(which) ? "Translating…"
       : "Loading the model, then translating…", "running");
     await new Promise(resolve => setTimeout(resolve, 0));  // let the status show
     try {
-      const result = await translate(which, text, {attentionUpTo: MAX_MAP});
+      const progress = done => showProgress(tx, mine, done), signal = tx.stop.signal;
+      const result =
+        await translate(which, text, {attentionUpTo: MAX_MAP, progress, signal});
       if (mine !== tx.ticket) return;
       if (result.sentences.some(s => s.sourceIds.length)) {
-        show(tx, result);
+        await show(tx, result, mine);
+        window.transformerPretrained.pace.stop();  // the work since the last break
       } else {  // e.g. only zero-width characters
         setStatus(tx, result.message, "empty", "warning");
       }
@@ -255,6 +270,47 @@
     } finally {
       if (mine === tx.ticket) { tx.running = false; tx.button.disabled = false; }
     }
+  }
+
+  // While a text of several sentences is translated: how many are done, and their
+  // translations so far in the result's place (the details come at the end).
+  function showProgress(tx, mine, {done, total, sentences}) {
+    if (mine !== tx.ticket || total < 2) return;
+    setStatus(tx, `Translating: ${done} of ${total} sentences done…`, "running");
+    if (!done) return;
+    const $ = tx.$;
+    $(".tx-translation").textContent = sentences.map(s => s.translation).join(" ");
+    $(".tx-translation").lang = tx.direction.value.split("-")[1];
+    $(".tx-details").hidden = true;
+    $(".tx-result").hidden = false;
+  }
+
+  // The warning over a flagged text: a caption in the other language (better
+  // direction offered by the page) gets a button that translates it that way; other
+  // text, the general warning.
+  function warningOn(tx, result) {
+    const $ = tx.$, better = result.betterDirection;
+    const switcher = $("button[name=switch]");
+    const offered = result.outOfDomain && better && tx.config.directions[better];
+    $(".tx-warning").hidden = !result.outOfDomain;
+    switcher.hidden = !offered;
+    if (!offered) {
+      $(".tx-warning-text").textContent = result.outOfDomain ? WARNING : "";
+      switcher.textContent = "";
+      return;
+    }
+    const names = tx.languages, [from, to] = result.direction.split("-");
+    $(".tx-warning-text").textContent = `This looks like ${names[to] || to}, not `
+      + `${names[from] || from}: translate ${offered} instead.`;
+    switcher.textContent = `Translate ${offered}`;
+    switcher.dataset.direction = better;
+  }
+
+  // the warning's button: the other direction, and the same text translated in it
+  function switchDirection(tx) {
+    tx.direction.value = tx.$("button[name=switch]").dataset.direction;
+    changeDirection(tx);
+    go(tx);
   }
 
   // the notes under a translation: sentences cut, unknown characters
@@ -294,10 +350,11 @@
     + (result.loadSeconds > 0.05 ? ` (and ${result.loadSeconds.toFixed(1)} s `
       + "to load and check the model, once)" : "");
 
-  function show(tx, result) {
+  // the result in its place, the maps drawn last (paced)
+  async function show(tx, result, mine) {
     const $ = tx.$, unk = window.transformerPretrained.UNK_ID;
     const sentences = result.sentences;
-    $(".tx-warning").hidden = !result.outOfDomain;
+    warningOn(tx, result);
     $(".tx-translation").textContent = result.translation || "(nothing)";
     $(".tx-translation").lang = result.direction.split("-")[1];
     $(".tx-source").innerHTML = piecesHtml(sentences, "sourcePieces", "sourceIds", unk);
@@ -307,9 +364,9 @@
     const notes = notesOn(result);
     $(".tx-note").textContent = notes.join(" ");
     $(".tx-note").hidden = !notes.length;
+    $(".tx-details").hidden = false;
     $(".tx-result").hidden = false;
-    showAttention(tx, result);
-    setStatus(tx, "Done.", "done");
+    if (await showAttention(tx, result, mine)) setStatus(tx, "Done.", "done");
   }
 
   // the explorer's packing of one sentence (explorer.py's _sentence): weights as
@@ -332,39 +389,52 @@
   }
 
   // the attention explorer (explorer.js) on the sentences of the text translated last,
-  // one entry a sentence (a sentence the text repeats: once)
-  function showAttention(tx, result) {
+  // one entry a sentence (a sentence the text repeats: once), packed a sentence at a
+  // time with breaks between (pretrained.js's breathe); false if the submission was
+  // dropped meanwhile
+  async function showAttention(tx, result, mine) {
     const shell = tx.root.querySelector("template.tx-explorer");
     const code = tx.root.querySelector("script.tx-explorer-script");
     const place = tx.$(".tx-attention");
-    if (!shell || !code) return;
+    if (!shell || !code) return true;
     const {digits, small} = JSON.parse(shell.dataset.packing);
     const drawn = result.sentences.filter((s, i, all) => s.attention
       && all.findIndex(other => other.source === s.source) === i);
     if (!drawn.length) {
       place.textContent =
         `The attention maps are drawn for sentences of at most ${MAX_MAP} pieces.`;
-      return;
+      return true;
     }
+    const packed = [];
+    for (const sentence of drawn) {
+      packed.push(packSentence(sentence, digits, small));
+      await window.transformerPretrained.breathe();
+      if (mine !== tx.ticket) return false;
+    }
+    place.replaceChildren(explorerBox(shell, result.direction, packed));
+    // runs as it joins the page, in its box
+    const run = document.createElement("script");
+    run.textContent = code.textContent;
+    place.firstChild.append(run);
+    return true;
+  }
+
+  // the explorer's box from its template, with the packed sentences of one direction
+  function explorerBox(shell, direction, sentences) {
     const box = document.createElement("div");
     box.id = shell.dataset.id;
     box.className = "attnx";
     box.append(shell.content.cloneNode(true));
     // explorer_html's direction menu: one direction here, so hidden
     const menu = box.querySelector("select[name=direction]");
-    menu.add(new Option(result.direction, 0));
+    menu.add(new Option(direction, 0));
     menu.closest("label").hidden = true;
     const data = document.createElement("script");
     data.type = "application/json";
     data.className = "attnx-data";
-    data.textContent = JSON.stringify([{name: result.direction,
-      sentences: drawn.map(s => packSentence(s, digits, small))}]);
+    data.textContent = JSON.stringify([{name: direction, sentences}]);
     box.append(data);
-    place.replaceChildren(box);
-    // runs as it joins the page, in box
-    const run = document.createElement("script");
-    run.textContent = code.textContent;
-    box.append(run);
+    return box;
   }
 
   function mountAll() {
