@@ -197,3 +197,23 @@ def test_the_readme_shows_the_recorded_table():
     table = recorded_results.bleu()
     readme = (ROOT / "README.md").read_text()
     assert table in readme, f"README.md's results table is stale; it should read:\n{table}"
+
+
+def test_appendices_are_named_and_speak_as_appendices():
+    """A notebook in the table of contents' Appendix part is titled "Appendix: ..." and never
+    calls itself a chapter; every other notebook is a chapter, never titled so."""
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    appendices = {
+        chapter["file"]
+        for part in toc["parts"]
+        if "Appendix" in part["caption"]
+        for chapter in part["chapters"]
+    }
+    assert appendices, "_toc.yml has no Appendix part"
+    for notebook in NOTEBOOKS:
+        title = source(cells(notebook)[0]).splitlines()[0]
+        name = f"notebooks/{notebook.stem}"
+        assert title.startswith("# Appendix: ") == (name in appendices), (name, title)
+        if name in appendices:
+            prose = "\n".join(source(c) for c in cells(notebook) if c["cell_type"] == "markdown")
+            assert not re.search(r"\b[Tt]his chapter\b", prose), f"{name} calls itself a chapter"

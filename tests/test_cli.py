@@ -318,6 +318,23 @@ def test_translate_model_warns_on_stderr_of_each_line_unlike_the_captions(monkey
     assert shipped.out_of_domain(lines) == [False, True, False, True]
 
 
+def test_translate_model_names_the_other_direction_for_a_caption_in_the_target_language(
+    monkeypatch, capsys
+):
+    """German captions given to the English→German model: the warning names the model to use,
+    --model de-en, instead of calling them unlike captions; English captions pass."""
+    lines = ["Zwei Hunde spielen im Schnee.", "A dog runs in the snow.", "Ein Mann fährt Fahrrad."]
+    monkeypatch.setattr("sys.stdin", io.StringIO("".join(s + "\n" for s in lines)))
+    assert main(["translate", "--model", "en-de"]) == 0
+    out, err = capsys.readouterr()
+    assert len(out.splitlines()) == 3
+    assert err.splitlines() == [
+        f"python -m transformer translate: warning: line {n} looks like German: translate it "
+        "with --model de-en"
+        for n in (1, 3)
+    ]
+
+
 def test_translate_model_gives_one_line_for_a_paragraph_of_300_words(monkeypatch, capsys):
     """The 300-word paragraph of test_pretrained: its 27 sentences translated in one call, one
     output line, their translations joined by spaces in order."""

@@ -25,7 +25,7 @@ from typing import NamedTuple, TextIO
 import torch
 
 from .arguments import add_checkpoint_arguments, decoding_of, subcommand
-from .data import SPLIT_SIZES
+from .data import LANGUAGES, SPLIT_SIZES
 from .decoding import Decoding
 from .devices import resolve_device
 from .evaluation import evaluate_split, load_run, tokenizer_of
@@ -95,7 +95,8 @@ def add_translate_parser(commands: argparse._SubParsersAction) -> None:
         "not in the locale's encoding (UTF-8), naming its line. A sentence longer "
         "than the model's max_len is truncated, with a warning. With --model, a line "
         "unlike the image captions the model learned from (its in-domain check) gets "
-        "a warning on standard error.",
+        "a warning on standard error, which names the other direction's model where "
+        "the line reads as a caption in the target language.",
     )
     p.add_argument("sentences", nargs="*", help="sentences to translate (default: standard input)")
     add_checkpoint_arguments(p)
@@ -103,12 +104,20 @@ def add_translate_parser(commands: argparse._SubParsersAction) -> None:
 
 def warn_out_of_domain(prog: str, translator: Pretrained, texts: list[str]) -> None:
     """One line on stderr for each text that the translator's in-domain check flags
-    (a shipped model's; a checkpoint has none)."""
+    (a shipped model's; a checkpoint has none): the model to use instead where it
+    reads as a caption of the target language, else that it is not a caption."""
     if translator.domain is None:
         return
-    flags = translator.out_of_domain(texts)
-    for number, (text, flagged) in enumerate(zip(texts, flags, strict=True), 1):
-        if flagged:
+    flags, better = translator.out_of_domain(texts), translator.better_direction(texts)
+    for number, (text, flagged, other) in enumerate(zip(texts, flags, better, strict=True), 1):
+        if other:  # a caption, in the target language (domain.other_language)
+            language = LANGUAGES[other.split("-")[0]]
+            print(
+                f"{prog}: warning: line {number} looks like {language}: translate it "
+                f"with --model {other}",
+                file=sys.stderr,
+            )
+        elif flagged:
             cost, threshold = translator.domain.cost(text), translator.domain.threshold
             print(
                 f"{prog}: warning: line {number} does not look like an image "
