@@ -18,7 +18,8 @@ How it works
   left the machine; no JavaScript error (console errors and uncaught exceptions); no tool
   marker (`#| export`, `# NBVAL_...`) shows on the page; no display math or code output is
   wider than its box without a scrollbar, and no printed output or shown code needs a sideways scroll at
-  1280 px; no table is wider than the text column; a main-line page (outside the _toc.yml
+  1280 px; no table is wider than the text column; the drawn diagrams of book/figures/ are shown
+  wide enough that their labels read at 11 px or more; a main-line page (outside the _toc.yml
   parts captioned Appendix) is at most 20,000 px tall and an appendix 25,000; the main line
   without the back matter's reference pages, 240,000 in all; the translator chapter is at most 10,000 px, with its box above 900 px, and
   the landing page's box starts above 1,000 px.
@@ -143,6 +144,9 @@ WAIT_FOR_IMAGES = """async () => {
 
 # px at 1280 px wide (BOOK.md): a main-line page teaches one idea, an appendix holds more
 MAX_MAIN_LINE_HEIGHT, MAX_APPENDIX_HEIGHT, MAX_MAIN_LINE_TOTAL = 20_000, 25_000, 240_000
+# book/figures/diagrams.py draws 11-pt labels at 200 dpi on a 7-inch canvas (1,400 px): shown
+# at this width or more, they read at 11 px or more (1,400 * 11 / (11 * 200 / 72))
+MIN_DIAGRAM_WIDTH = 504
 # the pages that show the translator box, its tallest page, and how far down the box may start
 TRANSLATOR_PAGES = {"book/intro": (None, 1_000), "notebooks/14_translator": (10_000, 900)}
 HEIGHTS: dict[str, int] = {}  # page -> height, as test_page_renders_offline measured it
@@ -175,6 +179,12 @@ PAGE_STATE = """() => {
     scrolling: Array.from(document.querySelectorAll("div.highlight pre"))
       .filter((el) => el.clientWidth > 0 && el.scrollWidth > el.clientWidth + 1)
       .map((el) => el.textContent.trim().split("\\n")[0].slice(0, 70)),
+    // the drawn diagrams (book/figures/, 11 pt text on a 1,400-px canvas): shown narrower
+    // than MIN_DIAGRAM_WIDTH, their labels read under 11 px
+    diagrams: Array.from(document.querySelectorAll("article img"))
+      .filter((img) => img.getAttribute("src").includes("figures/"))
+      .map((img) => [img.getAttribute("src").split("/").pop(),
+                     Math.round(img.getBoundingClientRect().width)]),
     remoteHints: Array.from(document.querySelectorAll("link[href]"))
       .filter((l) => /preconnect|dns-prefetch|prefetch|prerender/.test(l.rel))
       .map((l) => l.href).filter((href) => !/^(file|data|about):/.test(href)),
@@ -237,6 +247,8 @@ def test_page_renders_offline(browser, book_html, page):
     problems += height_problems(page, state)
     if markers := re.findall(r"#\| \w+|# NBVAL_\w+", text):
         problems.append(f"tool markers on the page (book/_ext/hide_markers.py): {markers[:5]}")
+    if small := [d for d in state["diagrams"] if d[1] < MIN_DIAGRAM_WIDTH]:
+        problems.append(f"diagrams shown under {MIN_DIAGRAM_WIDTH} px, labels under 11 px: {small}")
     if broken := [image["src"] for image in images if image["width"] == 0]:
         problems.append(f"images that did not load: {broken}")
     if visit.blocked:
