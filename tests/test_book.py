@@ -217,3 +217,29 @@ def test_appendices_are_named_and_speak_as_appendices():
         if name in appendices:
             prose = "\n".join(source(c) for c in cells(notebook) if c["cell_type"] == "markdown")
             assert not re.search(r"\b[Tt]his chapter\b", prose), f"{name} calls itself a chapter"
+
+
+# at 1280 px the chapter's text column is 672 px wide; matplotlib's inline figures have 100
+# pixels per inch, and a figure wider than the column is shown shrunk to it
+COLUMN_PX, FIGURE_DPI, DEFAULT_POINTS = 672, 100, 10
+
+
+def test_figure_text_reads_at_11_px_at_1280():
+    """Every figure a notebook draws: its smallest text (a `fontsize=`/`labelsize=` its cell
+    sets, else matplotlib's 10 pt) at the size the figure is shown (its `figsize` width in the
+    column, shrunk if wider) is at least 11 px. A static reading of the cell, so a figure
+    drawn by a helper defined elsewhere counts at its caller's settings."""
+    small = []
+    for notebook in NOTEBOOKS:
+        for cell in cells(notebook):
+            if not is_figure(cell):
+                continue
+            code = source(cell)
+            widths = [float(w) for w in re.findall(r"figsize=\(\s*([\d.]+)", code)] or [6.4]
+            sizes = re.findall(r"(?:fontsize|labelsize)=([\d.]+)", code)
+            points = min([DEFAULT_POINTS, *map(float, sizes)])
+            shown = min(1.0, COLUMN_PX / (max(widths) * FIGURE_DPI))
+            px = points * FIGURE_DPI / 72 * shown
+            if px < 11:
+                small.append(f"{notebook.stem} {cell.get('id')}: {points} pt at {px:.1f} px")
+    assert not small, small
