@@ -19,7 +19,8 @@ from transformer.config import TrainConfig
 from transformer.decoding import Decoding
 from transformer.devices import describe_device, resolve_device
 from transformer.evaluation import load_run
-from transformer.results import provenance, summary_line
+from transformer.reports import summary_line
+from transformer.results import provenance
 from transformer.search import add_trials, score_trial
 
 

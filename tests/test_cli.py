@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from transformer import evaluation, results
+from transformer import evaluation, reports, results
 from transformer.arguments import decoding_of
 from transformer.checkpoints import lock_run_folder
 from transformer.cli import build_parser, main
@@ -560,7 +560,7 @@ def test_the_gpu_recipe_trains_both_directions_within_the_goal(tmp_path):
         "de-en": ("de", "en"),
     }
     assert len(decodings) == 1
-    _, seconds = results.GOALS["gpu"]
+    _, seconds = reports.GOALS["gpu"]
     assert all(c.max_seconds <= seconds - 10 and c.device == "cuda" for c in configs.values())
 
 

@@ -2,7 +2,8 @@
 
 The landing page and the results page quote BLEU scores, a translation and benchmark figures.
 Typed by hand they would go stale at the next run, so these directives write them from the
-files the runs wrote, through `transformer.results` (the same tables chapter 14 shows):
+files the runs wrote, through `transformer.results` and `transformer.reports` (the same tables
+chapter 14 shows):
 
 - `{recorded-headline}`: one paragraph: what the shipped translators of each kind of machine
   reach, the box's first, and one of its test translations;
@@ -21,7 +22,8 @@ from docutils.statemachine import StringList
 from sphinx.util.docutils import SphinxDirective
 
 from transformer.pretrained import machine_kind, read_manifest, shipped_entry
-from transformer.results import bleu_table, load_results, machine_words, met_goal
+from transformer.reports import bleu_table, machine_words, met_goal
+from transformer.results import load_results
 
 RESULTS = Path(__file__).resolve().parents[2] / "results"
 

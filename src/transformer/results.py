@@ -3,31 +3,18 @@
 # %% auto #0
 __all__ = [
     "REQUIRED_KEYS",
-    "GOALS",
-    "ANCHORS",
     "git_output",
     "provenance",
     "missing_keys",
     "write_result",
     "load_results",
     "train_command",
-    "goal_of",
-    "met_goal",
-    "shortfall",
-    "machine_words",
-    "bleu_table",
-    "samples_text",
-    "ok_trials",
-    "summary_line",
-    "trial_table",
 ]
 
 # %% ../../notebooks/17_shipping.ipynb #acfb6afd
 import json
 import os
-import re
 import subprocess
-import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -136,120 +123,3 @@ def train_command(cfg: dict) -> str:
     TrainConfig (as a dict) from its start: appendix 16's train_argv, without --resume.
     """
     return " ".join(["python -m transformer train", *train_argv({**cfg, "resume": False})])
-
-
-# %% ../../notebooks/17_shipping.ipynb #0e20e4ea
-# The goals of the book's runs: lowercased test2016 BLEU per direction, and seconds of
-# training from process start to the last checkpoint
-GOALS = {
-    "gpu": ({"en-de": 42.0, "de-en": 42.0}, 120),
-    "cpu": ({"en-de": 40.0, "de-en": 42.0}, 3600),
-}
-# published small Transformers on Multi30k, each on its own metric (chapter 14's table)
-ANCHORS = {"en-de": 41.02, "de-en": 36.52}
-
-
-def goal_of(record: dict) -> tuple[float, float]:
-    """The (test BLEU, training seconds) goal of a record: the CPU's or the GPU's."""
-    bleu, seconds = GOALS["cpu" if record["device"].startswith("cpu") else "gpu"]
-    return bleu[record["direction"]], seconds
-
-
-def met_goal(record: dict) -> bool:
-    """Whether a record reached its goal's test BLEU within its goal's seconds."""
-    bleu, seconds = goal_of(record)
-    test = record["bleu"]["test_2016_flickr"]["sacrebleu_lc"]
-    return test >= bleu and record["train_wall_seconds"] <= seconds
-
-
-def shortfall(record: dict) -> float:
-    """How far a record's lowercased test BLEU falls short of its goal's (0 if met)."""
-    test = record["bleu"]["test_2016_flickr"]["sacrebleu_lc"]
-    return max(0.0, round(goal_of(record)[0] - test, 2))
-
-
-def machine_words(device: str) -> str:
-    """A record's device as the book's prose names it: "a 2-core CPU" for
-    "cpu (x86_64, 2 cores)", "one NVIDIA H200" for a GPU."""
-    cores = re.search(r"(\d+) cores", device)
-    return f"a {cores[1]}-core CPU" if cores else f"one {device}"
-
-
-def bleu_table(records: Sequence[dict]) -> str:
-    """The records as a Markdown table narrow enough for the page's column: where and
-    how long each trained and its size; lowercased / cased BLEU on test2016 (the
-    lowercased test score is the headline) and on val; its goal, met or how far
-    short."""
-    rows = [
-        "| direction | trained | test, lc / cased | val, lc / cased | goal |",
-        "|---|---|--:|--:|---|",
-    ]
-    for r in records:
-        test, val = r["bleu"]["test_2016_flickr"], r["bleu"]["val"]
-        bleu, seconds = goal_of(r)
-        met = "met" if met_goal(r) else f"{shortfall(r):.2f} short"
-        cells = (
-            r["direction"],
-            f"{r['steps']:,} steps in {r['train_wall_seconds'] / 60:.1f} min on "
-            f"{machine_words(r['device'])}, {r['parameters'] / 1e6:.1f} M parameters",
-            f"{test['sacrebleu_lc']:.2f} / {test['sacrebleu_cased']:.2f}",
-            f"{val['sacrebleu_lc']:.2f} / {val['sacrebleu_cased']:.2f}",
-            f"{bleu:.1f} in {seconds / 60:g} min: {met}",
-        )
-        rows.append("| " + " | ".join(cells) + " |")
-    return "\n".join(rows)
-
-
-# %% ../../notebooks/17_shipping.ipynb #d5b8e213
-def samples_text(records: Sequence[dict], n: int = 10) -> str:
-    """The first n test sentences of one or more records: each sentence in the records'
-    languages (as source or reference), then each record's translation, labelled with
-    its direction; 88 columns wide."""
-    lines = [f"the first {n} sentences of test_2016_flickr, and each translation:", ""]
-    for i in range(min(n, *(len(r["samples"]) for r in records))):
-        texts = {}
-        for r in records:
-            src, tgt = r["direction"].split("-")
-            sample = r["samples"][i]
-            texts |= {src: sample["source"], tgt: sample["reference"]}
-        texts |= {r["direction"]: r["samples"][i]["hypothesis"] for r in records}
-        for label, text in texts.items():
-            lines += textwrap.wrap(
-                text, 88, initial_indent=f"{label + ':':<7}", subsequent_indent=" " * 7
-            )
-        lines.append("")
-    return "\n".join(lines)
-
-
-def ok_trials(trials: Sequence[dict]) -> list[dict]:
-    """The trial records with a val score (trial_table lists the failed ones too)."""
-    return [t for t in trials if "failed" not in t]
-
-
-def summary_line(trial: dict) -> str:
-    """One line on a trial record: its val BLEU, or why it failed."""
-    if "failed" in trial:
-        why = trial["failed"].strip().splitlines() or ["no message"]
-        return f"{trial['trial']}: failed: {why[-1]}"
-    return (
-        f"{trial['trial']}: val BLEU {trial['val']['sacrebleu_lc']} (lowercased) after "
-        f"{trial['steps']} steps, {trial['train_wall_seconds']} s, {trial['decoding']}"
-    )
-
-
-def trial_table(trials: Sequence[dict]) -> str:
-    """The trials, best val BLEU first: decoding, steps, seconds, what each changed."""
-    head = ("trial", "dir", "avg", "beam", "alpha", "steps", "s", "val lc")
-    lines = ["{:<18} {:<5} {:>3} {:>4} {:>5} {:>6} {:>6} {:>6}  changes".format(*head)]
-    for t in sorted(trials, key=lambda t: -t.get("val", {}).get("sacrebleu_lc", -1)):
-        if "failed" in t:
-            lines.append(summary_line(t))
-            continue
-        d = t["decoding"]
-        row = (t["trial"], t["direction"], d["average"], d["beam_size"], d["alpha"])
-        row += (t["steps"], t["train_wall_seconds"], t["val"]["sacrebleu_lc"])
-        changes = json.dumps(t["changes"], separators=(",", ":"))
-        lines.append(
-            "{:<18} {:<5} {:>3} {:>4} {:>5} {:>6} {:>6.0f} {:>6.2f}  ".format(*row) + changes
-        )
-    return "\n".join(lines)

@@ -31,7 +31,8 @@ from .data import atomic_write
 from .decoding import Decoding
 from .devices import describe_device
 from .evaluation import load_run, tokenizer_of
-from .results import provenance, summary_line
+from .reports import summary_line
+from .results import provenance
 from .scoring import bleu_entry, score_splits
 
 GRID_KEYS = {"base", "trials", "decoding"}  # "trials" is required
