@@ -22,8 +22,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from .checks import check_int
 from .decoder import DecoderCache
-from .masks import check_int
 from .model import Transformer
 from .tokenizer import BOS_ID, EOS_ID
 

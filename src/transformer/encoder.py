@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 from torch import Tensor, nn
 
+from .checks import check_int
 from .feed_forward import FeedForward
-from .masks import check_int
 from .multihead import MultiHeadAttention
 from .normalization import LayerNorm, Residual
 

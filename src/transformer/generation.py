@@ -7,9 +7,9 @@ __all__ = ["sample_token", "check_prompt", "generate"]
 import torch
 from torch import Tensor
 
+from .checks import check_int
 from .decoder import DecoderCache
 from .decoding import evaluating, own_ids
-from .masks import check_int
 from .model import check_input_ids
 from .tokenizer import EOS_ID
 from .variants import CausalLM

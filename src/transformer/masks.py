@@ -4,7 +4,6 @@
 __all__ = [
     "padding_mask",
     "causal_mask",
-    "check_int",
     "cross_mask",
     "encoder_mask",
     "decoder_mask",
@@ -14,6 +13,8 @@ __all__ = [
 # %% ../../notebooks/04_masking.ipynb #e25e1450
 import torch
 from torch import Tensor
+
+from .checks import check_int
 
 _INTEGER_DTYPES = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
 
@@ -47,15 +48,6 @@ def _check_ids(ids: Tensor) -> None:
             f"token ids must be 2-D (batch, seq), got shape {tuple(ids.shape)}; "
             "add a batch dimension with ids.unsqueeze(0)"
         )
-
-
-def check_int(value, what: str, positive: bool = True) -> int:
-    """`value` if it is an int (not a bool) above 0, or from 0 with positive=False;
-    else a ValueError naming `what`. The book's one check of a count or a size."""
-    if type(value) is not int or value < (1 if positive else 0):
-        kind = "positive" if positive else "non-negative"
-        raise ValueError(f"{what} must be a {kind} integer, got {value!r}")
-    return value
 
 
 def _check_causal(size: int, start: int) -> None:

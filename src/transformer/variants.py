@@ -18,11 +18,12 @@ __all__ = [
 import torch
 from torch import Tensor, nn
 
+from .checks import check_int
 from .decoder import Decoder, DecoderCache
 from .decoding import evaluating
 from .embeddings import TransformerEmbedding
 from .encoder import Encoder
-from .masks import causal_mask, check_int, encoder_mask
+from .masks import causal_mask, encoder_mask
 from .model import (
     TransformerConfig,
     check_cache,
