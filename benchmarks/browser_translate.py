@@ -9,7 +9,7 @@ Chromium (the system's, or $CHROMIUM_PATH), with every request off the machine b
   manifest's SHA-256, unpacked, the caption checked and translated, its attention drawn); the
   median of --first fresh pages;
 - per sentence, the first --sentences test2016 captions of each direction, after a warm-up,
-  with the model the page loads by default (the entry names it):
+  with the model the page loads by default (the entry names it; --kind cpu or gpu: that kind's):
   `transformerTranslate(direction, s, {attention: false})`'s own seconds (encoding, beam search,
   decoding; the weights already loaded) beside `load_pretrained(d).translate([s])` with
   torch.set_num_threads(1), sentence by sentence in turn, so that a change in the machine's load
@@ -26,6 +26,7 @@ model, the load average before and after, and the provenance the other entries h
 
 import argparse
 import importlib.util
+import json
 import os
 import platform
 import shutil
@@ -60,10 +61,16 @@ def load_module(name: str, path: Path):
     return module
 
 
-def build_page(root: Path) -> Path:
-    """The page in root/notebooks/, its assets in root/_static/translator/, as in the book."""
+def build_page(root: Path, kind: str | None = None) -> Path:
+    """The page in root/notebooks/, its assets in root/_static/translator/, as in the book;
+    with `kind`, a manifest that keeps only the models trained on that kind of machine."""
     assets = load_module("translator_assets", ROOT / "book" / "_ext" / "translator_assets.py")
-    assets.write_assets(root / "_static" / "translator")
+    weights = assets.WEIGHTS
+    if kind:
+        weights = Path(shutil.copytree(assets.WEIGHTS, root / "weights"))
+        only = {d: {kind: models[kind]} for d, models in read_manifest().items()}
+        (weights / "manifest.json").write_text(json.dumps(only))
+    assets.write_assets(root / "_static" / "translator", weights)
     examples = {lang: read_sentences("test_2016_flickr", lang)[:5] for lang in ("en", "de")}
     page = root / "notebooks" / "translator.html"
     page.parent.mkdir(parents=True)
@@ -144,12 +151,16 @@ def main() -> None:
     parser.add_argument(
         "--first", type=int, default=3, help="fresh pages for the first translation"
     )
+    parser.add_argument(
+        "--kind", choices=("gpu", "cpu"), help="the models trained on this kind of machine "
+        "(default: the ones the page loads by default)"
+    )
     parser.add_argument("--record", action="store_true", help=f"add the entry to {RESULTS.name}")
     args = parser.parse_args()
     torch.set_num_threads(1)
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp, sync_playwright() as playwright:
-        page_path = build_page(Path(tmp))
+        page_path = build_page(Path(tmp), args.kind)
         browser = playwright.chromium.launch(executable_path=chromium(), headless=True, args=FLAGS)
         print(f"Chromium {browser.version}, torch {torch.__version__} on 1 thread, {cpu_model()}")
         firsts, blocked = [], []
@@ -167,7 +178,7 @@ def main() -> None:
         page = Offline(browser, page_path)
         per_direction, same = {}, 0
         for direction in DIRECTIONS:
-            shipped = load_pretrained(direction)
+            shipped = load_pretrained(direction, trained_on=args.kind)
             sentences = read_sentences("test_2016_flickr", direction.split("-")[0])
             for s in sentences[: args.warmup]:
                 shipped.translate([s]), page.page.evaluate(TRANSLATE, [direction, s])

@@ -4,14 +4,14 @@
 // Adam with the Noam schedule, each as the package computes it (model.py, encoder.py,
 // decoder.py, multihead.py, attention.py, normalization.py, feed_forward.py,
 // embeddings.py, training.py), with the same parameter names as its state_dict. No
-// library: typed arrays and loops, and for the matrix products in float32 a small
-// WebAssembly kernel written out below. Float32Array by default, Float64Array with
+// library: typed arrays and loops, and for the matrix products in float32 common.js's
+// small WebAssembly kernel. Float32Array by default, Float64Array with
 // {float64: true}: one code, the array type chosen when the model is built.
 //
-// It needs common.js first (the token ids, the positional table and attention, which the
-// translator's model uses too). The whole script is one function, so that
-// trainer_page.js can start it as a Web Worker from a Blob of the two files' sources (a
-// page opened from disk may not load a worker from a file):
+// It needs common.js first (the token ids, the positional table, attention and the
+// kernel, which the translator's model uses too). The whole script is one function, so
+// that trainer_page.js can start it as a Web Worker from a Blob of the two files'
+// sources (a page opened from disk may not load a worker from a file):
 //
 //   transformerTrainer.createModel(options) -> model   (seeded init, or options.weights)
 //   transformerTrainer.trainStep(model, batch, settings) -> loss (training.train_step)
@@ -241,19 +241,21 @@ function transformerTrainerModule(scope) {
     }
   }
 
-  // product through the kernel: A and B copied into its memory, padded with zeros to
+  // product through the kernel (common.js): A and B copied into its memory, above what
+  // it keeps there for good, padded with zeros to
   // mp rows (a multiple of 4) and np columns (of 8), the product (mp, np) computed
   // there, and its first m rows and n columns copied out into C
   function productSimd(A, aT, B, bT, m, k, n, C, add) {
-    const mp = m + (-m & 3), np = n + (-n & 7), b = mp * k, c = b + k * np;
-    const F = SIMD.floats(c + mp * np);  // A at 0, B at b, the product at c
+    const mp = m + (-m & 3), np = n + (-n & 7);
+    const a = SIMD.top, b = a + mp * k, c = b + k * np;  // above the weights it keeps
+    const F = SIMD.floats(c + mp * np);  // A at a, B at b, the product at c
     if (!aT) {  // (mp, k)
-      F.set(A.subarray(0, m * k));
-      F.fill(0, m * k, b);
+      F.set(A.subarray(0, m * k), a);
+      F.fill(0, a + m * k, b);
     } else {  // (k, mp)
       for (let i = 0; i < k; i++) {
-        F.set(A.subarray(i * m, (i + 1) * m), i * mp);
-        F.fill(0, i * mp + m, (i + 1) * mp);
+        F.set(A.subarray(i * m, (i + 1) * m), a + i * mp);
+        F.fill(0, a + i * mp + m, a + (i + 1) * mp);
       }
     }
     if (!bT && np === n) F.set(B.subarray(0, k * n), b);
@@ -265,7 +267,7 @@ function transformerTrainerModule(scope) {
       }
     }
     // the byte strides of A's rows and of its columns
-    SIMD.run(0, aT ? 4 : 4 * k, aT ? 4 * mp : 4, 4 * b, 4 * c, mp, k, np);
+    SIMD.run(4 * a, aT ? 4 : 4 * k, aT ? 4 * mp : 4, 4 * b, 4 * c, mp, k, np);
     if (!add && np === n) C.set(F.subarray(c, c + m * n));
     else {
       for (let r = 0; r < m; r++) {
@@ -276,94 +278,7 @@ function transformerTrainerModule(scope) {
     }
   }
 
-  // The kernel, a WebAssembly module written out byte by byte (the binary format of
-  // the WebAssembly specification, with its fixed-width SIMD). It exports
-  // product(a, ar, ai, b, c, m, k, n): at byte address c, C (m, n) = A B, where A's
-  // element (r, i) is the float32 at a + r ar + i ai and B (k, n) is at b, row-major;
-  // m a multiple of 4, n of 8. It runs over blocks of 4 rows by 8 columns of C, which
-  // 8 vectors of 4 floats hold: each step of i adds A(r, i) B(i, o..o+7) to them.
-  // Returns {run, floats(n)} (floats: a Float32Array over the memory, grown to hold n
-  // floats), or null where WebAssembly or its SIMD is missing.
-  function simdKernel() {
-    try {
-      const memory = new WebAssembly.Memory({initial: 1});
-      const module = new WebAssembly.Module(kernelBytes());
-      const run = new WebAssembly.Instance(module, {env: {memory}}).exports.product;
-      let view = new Float32Array(memory.buffer);
-      const floats = n => {
-        const more = Math.ceil((4 * n - memory.buffer.byteLength) / 65536);
-        if (more > 0) memory.grow(more);
-        if (view.buffer !== memory.buffer) view = new Float32Array(memory.buffer);
-        return view;
-      };
-      return {run, floats};
-    } catch (error) {
-      return null;
-    }
-  }
-
-  // the module: its type, the memory it imports, the function and its export, the code
-  function kernelBytes() {
-    const uleb = n => n < 128 ? [n] : [(n & 127) | 128, ...uleb(n >>> 7)];
-    const name = s => [s.length, ...Array.from(s, ch => ch.charCodeAt(0))];
-    const section = (id, bytes) => [id, ...uleb(bytes.length), ...bytes];
-    const I32 = 0x7f, V128 = 0x7b, body = kernelCode();
-    // locals: 9 more i32 after the 8 parameters, and 11 v128
-    const code = [2, 9, I32, 11, V128, ...body, 0x0b];
-    return new Uint8Array([0, 0x61, 0x73, 0x6d, 1, 0, 0, 0,  // "\0asm", version 1
-      ...section(1, [1, 0x60, 8, ...Array(8).fill(I32), 0]),  // (8 x i32) -> ()
-      ...section(2, [1, ...name("env"), ...name("memory"), 2, 0, 1]),  // memory, min 1
-      ...section(3, [1, 0]),  // one function, of type 0
-      ...section(7, [1, ...name("product"), 0, 0]),
-      ...section(10, [1, ...uleb(code.length), ...code])]);
-  }
-
-  // the instructions of product; locals by number: the parameters, then i32 indices
-  // and addresses, then the 8 accumulators, B's two vectors and A's value, splat
-  function kernelCode() {
-    const [a, ar, ai, b, c, m, k, n, r, o, i, pa, pb, pc, ar2, ar3, nb] =
-      Array.from({length: 17}, (_, j) => j);
-    const ACC = 17, B0 = 25, B1 = 26, X = 27;
-    const get = x => [0x20, x], set = x => [0x21, x], tee = x => [0x22, x];
-    const num = v => [0x41, v];  // i32.const, 0 <= v < 64
-    const ADD = 0x6a, SUB = 0x6b, MUL = 0x6c, SHL = 0x74, LT_U = 0x49;
-    const LOOP = [0x03, 0x40], END = 0x0b, BR_IF = [0x0d, 0];  // br_if to the loop
-    const simd = op => [0xfd, ...(op < 128 ? [op] : [(op & 127) | 128, op >>> 7])];
-    const load = offset => [...simd(0x00), 4, offset];  // v128.load
-    const store = offset => [...simd(0x0b), 4, offset];  // v128.store
-    const splat = [...simd(0x09), 2, 0];  // v128.load32_splat: 4 copies of a float
-    const ZERO = [...simd(0x0c), ...Array(16).fill(0)];  // v128.const 0
-    const F32X4_ADD = simd(0xe4), F32X4_MUL = simd(0xe6);
-    // acc_j += X * B(j % 2): the row's accumulator for columns 0..3 or 4..7
-    const fma = j => [...get(ACC + j), ...get(X), ...get(j % 2 ? B1 : B0),
-      ...F32X4_MUL, ...F32X4_ADD, ...set(ACC + j)];
-    const row = (j, offset) =>
-      [...get(pa), ...offset, ...splat, ...set(X), ...fma(2 * j), ...fma(2 * j + 1)];
-    return [
-      ...get(ar), ...get(ar), ADD, ...set(ar2), ...get(ar2), ...get(ar), ADD, ...set(ar3),
-      ...get(n), ...num(2), SHL, ...set(nb),  // bytes per row of B and C
-      ...num(0), ...set(r), ...LOOP,  // for r in 0, 4, .. m - 4
-      ...num(0), ...set(o), ...LOOP,  // for o in 0, 8, .. n - 8
-      ...[0, 1, 2, 3, 4, 5, 6, 7].flatMap(j => [...ZERO, ...set(ACC + j)]),
-      ...get(a), ...get(r), ...get(ar), MUL, ADD, ...set(pa),  // A(r, 0)
-      ...get(b), ...get(o), ...num(2), SHL, ADD, ...set(pb),  // B(0, o)
-      ...get(k), ...set(i), ...LOOP,  // k times
-      ...get(pb), ...load(0), ...set(B0), ...get(pb), ...load(16), ...set(B1),
-      ...row(0, []), ...row(1, [...get(ar), ADD]),
-      ...row(2, [...get(ar2), ADD]), ...row(3, [...get(ar3), ADD]),
-      ...get(pa), ...get(ai), ADD, ...set(pa), ...get(pb), ...get(nb), ADD, ...set(pb),
-      ...get(i), ...num(1), SUB, ...tee(i), ...BR_IF, END,
-      // C(r.. r + 3, o.. o + 7) = the accumulators
-      ...get(c), ...get(r), ...get(n), MUL, ...get(o), ADD, ...num(2), SHL, ADD, ...set(pc),
-      ...[0, 1, 2, 3].flatMap(j => [...get(pc), ...get(ACC + 2 * j), ...store(0),
-        ...get(pc), ...get(ACC + 2 * j + 1), ...store(16), ...get(pc), ...get(nb), ADD,
-        ...set(pc)]),
-      ...get(o), ...num(8), ADD, ...tee(o), ...get(n), LT_U, ...BR_IF, END,
-      ...get(r), ...num(4), ADD, ...tee(r), ...get(m), LT_U, ...BR_IF, END,
-    ];
-  }
-
-  const SIMD = simdKernel();
+  const SIMD = common.kernel;  // common.js's WebAssembly kernel, or null
 
   // y (rows, n_out) = x (rows, n_in) W^T + b: nn.Linear, W (n_out, n_in) as PyTorch
   // stores it; b may be null

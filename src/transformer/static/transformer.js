@@ -33,7 +33,8 @@
 //                        counterpart): a generator's steps, with the page given back
 //                        to the browser between them
 //
-// Every matrix is a flat Float32Array, row-major: "x (rows, d_model)" means x[r][i] is
+// Every matrix is a flat Float32Array, row-major (the weights of the products are kept
+// in common.js's WebAssembly kernel, transposed): "x (rows, d_model)" means x[r][i] is
 // x[r * d_model + i]. Sums run in float64, as JavaScript's numbers; what they store is
 // float32, as PyTorch's.
 (() => {
@@ -41,6 +42,7 @@
   const common = window.transformerCommon;  // common.js
   if (!common) throw new Error("transformer.js needs common.js on the page first");
   const {PAD_ID, UNK_ID, BOS_ID, EOS_ID, positionalEncoding, attend} = common;
+  const {keepWeight, linearKept} = common;
   // decoding.EXTRA_LENGTH: at most 50 tokens more than the source (paper 6.1)
   const EXTRA_LENGTH = 50;
 
@@ -104,15 +106,20 @@
   }
 
   // The model: its parameters checked, and grouped by layer as the modules hold them.
+  // Every weight matrix that a product reads is kept in the kernel's memory, once
+  // (common.keepWeight), where WebAssembly SIMD runs; without it, the array itself.
   function buildModel(config, weights, source) {
     checkParameters(config, weights, source);
     const c = config, d_model = c.d_model, n_heads = c.n_heads;
     const d_head = c.d_head || d_model / n_heads, inner = n_heads * d_head;
     const w = name => weights[name].data;
-    const mha = p => ({w_in: w(`${p}.in_proj.weight`), b_in: w(`${p}.in_proj.bias`),
-      w_out: w(`${p}.out_proj.weight`), b_out: w(`${p}.out_proj.bias`)});
-    const ff = p => ({w1: w(`${p}.linear1.weight`), b1: w(`${p}.linear1.bias`),
-      w2: w(`${p}.linear2.weight`), b2: w(`${p}.linear2.bias`)});
+    // W (n_out, n_in) of a product: kept, where there is a kernel
+    const kept = (W, n_out, n_in) => keepWeight(W, n_out, n_in) || W;
+    const matrix = name => kept(w(name), ...weights[name].shape);
+    const mha = p => ({w_in: matrix(`${p}.in_proj.weight`), b_in: w(`${p}.in_proj.bias`),
+      w_out: matrix(`${p}.out_proj.weight`), b_out: w(`${p}.out_proj.bias`)});
+    const ff = p => ({w1: matrix(`${p}.linear1.weight`), b1: w(`${p}.linear1.bias`),
+      w2: matrix(`${p}.linear2.weight`), b2: w(`${p}.linear2.bias`)});
     const ln = p => ({gamma: w(`${p}.norm.weight`), beta: w(`${p}.norm.bias`)});
     const encoder = [], decoder = [];
     for (let l = 0; l < c.n_layers; l++) {
@@ -122,11 +129,12 @@
         feed_forward: ff(`${e}.feed_forward`), ff_norm: ln(`${e}.ff_residual`),
       });
       // as multihead.project splits in_proj: W^Q on the target, W^K | W^V on the memory
-      const cross = mha(`${d}.cross_attn`);
-      cross.w_q = cross.w_in.subarray(0, inner * d_model);  // (inner, d_model)
-      cross.b_q = cross.b_in.subarray(0, inner);
-      cross.w_kv = cross.w_in.subarray(inner * d_model);  // (2 inner, d_model)
-      cross.b_kv = cross.b_in.subarray(inner);
+      // W^Q (inner, d_model) and W^K | W^V (2 inner, d_model)
+      const p = `${d}.cross_attn`, w_in = w(`${p}.in_proj.weight`);
+      const b_in = w(`${p}.in_proj.bias`), cut = inner * d_model;
+      const cross = {w_out: matrix(`${p}.out_proj.weight`), b_out: w(`${p}.out_proj.bias`),
+        w_q: kept(w_in.subarray(0, cut), inner, d_model), b_q: b_in.subarray(0, inner),
+        w_kv: kept(w_in.subarray(cut), 2 * inner, d_model), b_kv: b_in.subarray(inner)};
       decoder.push({
         self_attn: mha(`${d}.self_attn`), self_norm: ln(`${d}.self_residual`),
         cross_attn: cross, cross_norm: ln(`${d}.cross_residual`),
@@ -138,6 +146,7 @@
       n_layers: c.n_layers, max_len: c.max_len,
       // E (V, d_model), also the output projection (tied, section 3.4)
       embedding: w("src_embed.token.embedding.weight"),
+      output: kept(w("src_embed.token.embedding.weight"), c.tgt_vocab_size, d_model),
       pe: positionalEncoding(c.max_len, d_model), encoder, decoder,
       noBias: new Float32Array(c.tgt_vocab_size),
     };
@@ -160,11 +169,16 @@
   // ---------------------------------------------------------------- layers
 
   // y (rows, n_out) = x (rows, n_in) W^T + b: nn.Linear, W (n_out, n_in) as PyTorch
-  // stores it. The time goes here. Blocks of 4 rows x 2 outputs: each weight read
-  // serves 4 dot products and each x read 2, in 8 running sums (JavaScript has no SIMD;
-  // this keeps the loads few). Rows left over go one at a time, 4 outputs at once.
-  // n_out is even (and a multiple of 4 here).
+  // stores it. The time goes here. W kept in the kernel's memory (buildModel): the
+  // product on WebAssembly SIMD (common.linearKept). Else, in plain JavaScript, blocks
+  // of 4 rows x 2 outputs: each weight read serves 4 dot products and each x read 2, in
+  // 8 running sums, which keeps the loads few. Rows left over go one at a time, 4
+  // outputs at once. n_out is even (and a multiple of 4 here).
   function linear(x, rows, W, b, n_in, n_out, y) {
+    if (W.np) {
+      linearKept(x, rows, W, b, y);
+      return;
+    }
     let r = 0;
     for (; r + 4 <= rows; r += 4) {
       const x0 = r * n_in, x1 = x0 + n_in, x2 = x1 + n_in, x3 = x2 + n_in;
@@ -423,8 +437,8 @@
     });
     state.length += 1;
     if (logits) {
-      const {embedding, noBias, d_model, V} = model;
-      linear(x, rows, embedding, noBias, d_model, V, state.logits);  // (rows, V)
+      const {output, noBias, d_model, V} = model;
+      linear(x, rows, output, noBias, d_model, V, state.logits);  // (rows, V)
     }
   }
 
