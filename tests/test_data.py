@@ -5,7 +5,8 @@ from pathlib import Path
 import pytest
 
 from transformer import data
-from transformer.data import SPLIT_SIZES, atomic_write, load_multi30k, multi30k_file
+from transformer.data import SPLIT_SIZES, load_multi30k, multi30k_file
+from transformer.files import atomic_write
 
 
 @pytest.mark.parametrize("split", list(SPLIT_SIZES))

@@ -26,8 +26,8 @@ from pathlib import Path
 
 import torch
 
-from .data import atomic_write
 from .evaluation import load_checkpoint, step_checkpoints
+from .files import atomic_write
 
 
 def save_checkpoint(state: dict, path: str | Path) -> None:

@@ -7,7 +7,6 @@ __all__ = [
     "LANGUAGES",
     "SHA256",
     "cache_dir",
-    "atomic_write",
     "multi30k_file",
     "read_sentences",
     "load_multi30k",
@@ -19,10 +18,11 @@ import hashlib
 import os
 import urllib.error
 import urllib.request
-from collections.abc import Callable
 from pathlib import Path
 
 import platformdirs
+
+from .files import atomic_write
 
 MULTI30K_URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw/{name}"
 SPLIT_SIZES = {
@@ -68,32 +68,6 @@ def _check_choice(kind: str, value: str, valid) -> None:
 
 def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def _umask() -> int:
-    """The process's umask. os.umask reads it only by setting another, so for that
-    instant it is the strict 077."""
-    mask = os.umask(0o077)
-    os.umask(mask)
-    return mask
-
-
-def atomic_write(path: str | Path, write: Callable[[Path], object]) -> Path:
-    """Call write(tmp) on a temporary file beside `path`, then rename it onto `path` in
-    one step, so that a reader (or a crash) never sees half a file. Every file the
-    package writes goes through here: downloads, tokenizers, checkpoints, records,
-    shipped weights. The file gets the mode of any new file (the umask's), even where
-    `write` sets its own (safetensors writes 0600)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        write(tmp)
-        tmp.chmod(0o666 & ~_umask())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return path
 
 
 def _download(url: str, path: Path) -> None:

@@ -37,7 +37,8 @@ from dataclasses import dataclass, field
 from itertools import groupby
 from pathlib import Path
 
-from .data import atomic_write, read_sentences
+from .data import read_sentences
+from .files import atomic_write
 
 RULE = "caption_cost"  # the manifest's name for the rule below
 MARKS = "?!"  # the only non-letters counted: captions seldom ask or exclaim

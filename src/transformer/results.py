@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from .config import train_argv
-from .data import atomic_write
+from .files import atomic_write
 
 # the keys every results/<run>.json must have; "a.b" names a key inside a key
 REQUIRED_KEYS = (
@@ -95,7 +95,7 @@ def missing_keys(result: dict) -> list[str]:
 
 
 def write_result(result: dict, path: str | Path) -> Path:
-    """Check the keys, then write the JSON atomically (appendix 16's atomic_write),
+    """Check the keys, then write the JSON atomically (chapter 1's atomic_write),
     compact: the attention of a record is most of it, hundreds of thousands of
     weights."""
     if missing := missing_keys(result):

@@ -27,10 +27,10 @@ from tqdm import tqdm
 
 from .checkpoints import lock_run_folder
 from .config import TrainConfig, train_argv
-from .data import atomic_write
 from .decoding import Decoding
 from .devices import describe_device
 from .evaluation import load_run, tokenizer_of
+from .files import atomic_write
 from .reports import summary_line
 from .results import provenance
 from .scoring import bleu_entry, score_splits

@@ -11,10 +11,10 @@ from pathlib import Path
 
 from safetensors.torch import save_file
 
-from .data import atomic_write
 from .decoding import Decoding
 from .domain import words_entry
 from .evaluation import load_run, tokenizer_of
+from .files import atomic_write
 from .pretrained import (
     CHECK_SENTENCES,
     MANIFEST,

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import sentencepiece as spm
 
-from .data import SHA256, atomic_write, cache_dir, read_sentences
+from .data import SHA256, cache_dir, read_sentences
+from .files import atomic_write
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 
