@@ -245,3 +245,36 @@ def test_constants_are_the_packages(script, names):
     for name in names:
         assert name in declared, f"{script} declares no {name}"
         assert declared[name] == expected[name], f"{script}: {name} = {declared[name]}"
+
+
+ARCHITECTURE = STATIC.parents[2] / "ARCHITECTURE.md"
+ROW = re.compile(r"^\| `(\w+\.js)` \| [^|]+ \| (`\w+`|–) \| (.+) \|$", re.M)
+
+
+def globals_of(source: str) -> tuple[set[str], set[str]]:
+    """The transformer* globals a script leaves (window.X = ..., scope.X = ...) and those of
+    other scripts it reads."""
+    toks = [t.text for t in Scanner(source).tokens] + ["", ""]
+    left, read = set(), set()
+    for i in range(len(toks) - 4):
+        if toks[i] in ("window", "scope", "self") and toks[i + 1] == ".":
+            if toks[i + 2].startswith("transformer"):
+                assigned = toks[i + 3] == "=" and toks[i + 4] != "="
+                (left if assigned else read).add(toks[i + 2])
+    return left, read - left
+
+
+def test_architecture_names_what_each_script_needs():
+    """ARCHITECTURE.md's table of the static files has a row for every script, and a script
+    needs (reads the globals of) exactly the scripts its row names."""
+    text = ARCHITECTURE.read_text()
+    section = text[text.index("## The static files") :]
+    rows = {name: (left, needs) for name, left, needs in ROW.findall(section)}
+    assert sorted(rows) == sorted(s.name for s in SCRIPTS), "ARCHITECTURE.md's scripts differ"
+    found = {s.name: globals_of(s.read_text()) for s in SCRIPTS}
+    owner = {g: name for name, (left, _) in found.items() for g in left}
+    for name, (left, needs) in rows.items():
+        if left != "–":
+            assert left.strip("`") in found[name][0], f"{name} does not leave {left}"
+        reads = {owner.get(g, g) for g in found[name][1]}
+        assert reads == set(re.findall(r"`(\w+\.js)`", needs)), f"{name} reads {reads}"
