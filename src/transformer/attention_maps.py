@@ -10,7 +10,7 @@ from contextlib import contextmanager
 import torch
 from torch import Tensor
 
-from .decoding import evaluating
+from .inference import evaluating
 from .model import Transformer
 from .multihead import MultiHeadAttention
 from .tokenizer import BOS_ID

@@ -3,8 +3,6 @@
 # %% auto #0
 __all__ = [
     "EXTRA_LENGTH",
-    "evaluating",
-    "own_ids",
     "length_limits",
     "DecoderState",
     "greedy_decode",
@@ -15,42 +13,18 @@ __all__ = [
 
 # %% ../../notebooks/12_decoding.ipynb #03fac587
 import math
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from .checks import check_int
 from .decoder import DecoderCache
+from .inference import evaluating, own_ids
 from .model import Transformer
 from .tokenizer import BOS_ID, EOS_ID
 
 EXTRA_LENGTH = 50  # paper section 6.1: at most 50 tokens more than the source
-
-
-@contextmanager
-def evaluating(model: Transformer) -> Iterator[None]:
-    """Dropout and autograd off inside the block; the train/eval mode is restored."""
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            yield
-    finally:
-        model.train(was_training)
-
-
-@contextmanager
-def own_ids(model: nn.Module) -> Iterator[None]:
-    """check_ids off inside the block: decoding feeds back only ids of the vocabulary,
-    and a check would make the host wait at every token (the source is checked once)."""
-    checked, model.check_ids = model.check_ids, False
-    try:
-        yield
-    finally:
-        model.check_ids = checked
 
 
 # %% ../../notebooks/12_decoding.ipynb #35949c5c

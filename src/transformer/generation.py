@@ -9,7 +9,7 @@ from torch import Tensor
 
 from .checks import check_int
 from .decoder import DecoderCache
-from .decoding import evaluating, own_ids
+from .inference import evaluating, own_ids
 from .model import check_input_ids
 from .tokenizer import EOS_ID
 from .variants import CausalLM

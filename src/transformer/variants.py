@@ -20,9 +20,9 @@ from torch import Tensor, nn
 
 from .checks import check_int
 from .decoder import Decoder, DecoderCache
-from .decoding import evaluating
 from .embeddings import TransformerEmbedding
 from .encoder import Encoder
+from .inference import evaluating
 from .masks import causal_mask, encoder_mask
 from .model import (
     TransformerConfig,
