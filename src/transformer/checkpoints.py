@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from .evaluation import load_checkpoint, step_checkpoints
+from .checkpoint_files import load_checkpoint, step_checkpoints
 from .files import atomic_write
 
 

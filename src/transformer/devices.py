@@ -4,32 +4,26 @@
 __all__ = [
     "PEAK_BF16_FLOPS",
     "BF16_CPU_FLAGS",
-    "STOP_SIGNALS",
     "host_reads",
     "available_devices",
     "resolve_device",
-    "setup_distributed",
     "describe_device",
     "peak_flops",
     "compiled_graphs",
     "cpu_flags",
     "choose_autocast",
-    "StopSignals",
 ]
 
 # %% ../../notebooks/16_training_loop.ipynb #e4453a84
 import os
 import platform
-import signal
 import sys
-import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import torch
-import torch.distributed as dist
 
 
 @contextmanager
@@ -91,26 +85,6 @@ def resolve_device(name: str) -> torch.device:
     return device
 
 
-def setup_distributed(device: str = "auto") -> tuple[int, int, torch.device]:
-    """(rank, world_size, device). Under torchrun (WORLD_SIZE > 1) this joins the
-    process group: NCCL with one GPU per process on CUDA, gloo on the CPU."""
-    dev = resolve_device(device)
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))
-    if world_size == 1:
-        return 0, 1, dev
-    if dev.type == "cuda":
-        dev = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
-        torch.cuda.set_device(dev)
-    if not dist.is_initialized():
-        # imported before the group exists: its functions take the default group as a
-        # default argument, so imported later (DDP does), it would keep the group, and
-        # gloo's threads, alive after destroy_process_group, until the interpreter exits
-        import torch.distributed.nn as _  # noqa: F401
-
-        dist.init_process_group("nccl" if dev.type == "cuda" else "gloo")
-    return dist.get_rank(), world_size, dev
-
-
 # %% ../../notebooks/16_training_loop.ipynb #61a0cad4
 def describe_device(device: torch.device | str) -> str:
     """The device as a reader would name it: the GPU model, or the CPU's architecture
@@ -169,35 +143,3 @@ def choose_autocast(device: torch.device, amp: str = "auto") -> tuple[torch.dtyp
         None,
         "the CPU has no bf16 instructions (amx_bf16, avx512_bf16): float32 is faster",
     )
-
-
-# %% ../../notebooks/16_training_loop.ipynb #641efd49
-STOP_SIGNALS = ("SIGINT", "SIGTERM")  # after these a run saves where it is, then stops
-
-
-class StopSignals:
-    """Inside `with`, SIGINT (Ctrl-C, a notebook's interrupt) and SIGTERM (a scheduler's
-    time limit, a preemption) only note that the run should stop; the loop then stops at
-    the end of its step and saves. A second signal while it saves is noted and ignored:
-    the files stay whole. Handlers can only be set in the main thread; elsewhere the
-    signals keep their usual effect."""
-
-    def __init__(self):
-        self.signum, self.previous = 0, {}
-
-    def __enter__(self) -> "StopSignals":
-        if threading.current_thread() is threading.main_thread():
-            for name in STOP_SIGNALS:
-                self.previous[name] = signal.signal(signal.Signals[name], self.note)
-        return self
-
-    def note(self, signum: int, frame) -> None:
-        if self.signum:  # os-level write: safe even if the handler interrupted a print
-            name = signal.Signals(signum).name
-            note = f"{name} again: already stopping, the checkpoint is being saved\n"
-            os.write(2, note.encode())
-        self.signum = self.signum or signum
-
-    def __exit__(self, *exc) -> None:
-        for name, handler in self.previous.items():
-            signal.signal(signal.Signals[name], handler)

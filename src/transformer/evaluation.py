@@ -2,9 +2,6 @@
 
 # %% auto #0
 __all__ = [
-    "step_checkpoints",
-    "load_checkpoint",
-    "read_checkpoint",
     "average_checkpoints",
     "load_model",
     "load_run",
@@ -15,7 +12,6 @@ __all__ = [
 ]
 
 # %% ../../notebooks/13_evaluation.ipynb #254a7f7e
-import pickle
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -27,39 +23,14 @@ from torch.nn.utils.rnn import pad_sequence
 from tqdm import tqdm
 
 from .bleu import BleuScores, corpus_bleu
+from .checkpoint_files import read_checkpoint, step_checkpoints
 from .data import load_multi30k
 from .decoding import Decoding, beam_search, greedy_decode
 from .model import Transformer, TransformerConfig
 from .tokenizer import Tokenizer, multi30k_tokenizer
 
 
-def step_checkpoints(out: str | Path) -> list[Path]:
-    """The step checkpoints that `train` writes in run folder `out`, oldest first."""
-    return sorted((Path(out) / "checkpoints").glob("step_*.pt"))
-
-
-def load_checkpoint(path: str | Path) -> dict:
-    """A checkpoint written by `train`, loaded safely (tensors and plain data only)."""
-    if not Path(path).is_file():
-        raise FileNotFoundError(f"no checkpoint at {path}")
-    return torch.load(path, map_location="cpu", weights_only=True)
-
-
 # %% ../../notebooks/13_evaluation.ipynb #c55b3908
-def read_checkpoint(path: str | Path) -> dict:
-    """A checkpoint of training_loop.train, loaded safely and checked to hold "model"
-    weights and a "model_config"."""
-    written_by = "pass one written by transformer.training_loop.train"
-    try:
-        ckpt = load_checkpoint(path)
-    except (RuntimeError, EOFError, pickle.UnpicklingError) as err:
-        raise ValueError(f"{path} is not a readable PyTorch checkpoint; {written_by}") from err
-    keys = ckpt.keys() if isinstance(ckpt, dict) else set()
-    if missing := [k for k in ("model", "model_config") if k not in keys]:
-        raise ValueError(f"{path} holds no {' and no '.join(missing)}; {written_by}")
-    return ckpt
-
-
 def _mismatches(have: dict, want: dict, shown: int = 4) -> str:
     """'key: have vs want' where two dicts differ (tensors by shape), or ''."""
 

@@ -22,12 +22,13 @@ from pathlib import Path
 
 from . import arguments
 from .config import TrainConfig
-from .devices import STOP_SIGNALS, resolve_device
+from .devices import resolve_device
 from .pretrained import WEIGHTS
 from .results import write_result
 from .scoring import record_run
 from .search import search
 from .shipping import ship
+from .signals import STOP_SIGNALS
 from .training_loop import train
 
 

@@ -31,13 +31,10 @@ from .batching import Batch
 from .buckets import Buckets
 from .checkpoints import lock_run_folder
 from .config import TrainConfig
-from .devices import (
-    STOP_SIGNALS,
-    StopSignals,
-    compiled_graphs,
-    setup_distributed,
-)
+from .devices import compiled_graphs
+from .distributed import setup_distributed
 from .run_state import Run, save_run, start_run
+from .signals import STOP_SIGNALS, StopSignals
 from .tokenizer import PAD_ID
 from .training import evaluate_loss, train_step
 
