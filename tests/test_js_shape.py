@@ -1,5 +1,6 @@
 """The shape of the hand-written JavaScript in src/transformer/static/: short functions, the
-forward pass in transformer.js under the names of the Python modules it mirrors, and the
+layers in layers.js and decoding in transformer.js under the names of the Python modules they
+mirror, and the
 package's constants (token ids, the length limit, LayerNorm's and Adam's numbers) written out
 again with the package's values.
 
@@ -21,9 +22,12 @@ import pytest
 STATIC = Path(__file__).resolve().parents[1] / "src" / "transformer" / "static"
 SCRIPTS = sorted(STATIC.glob("*.js"))
 MAX_LINES = 60
-# multihead.py, encoder.py, decoder.py, model.py, decoding.py: what transformer.js must define
-MIRRORED = ["multiHeadAttention", "encoderLayer", "decoderLayer", "encode", "decodeStep"]
-MIRRORED += ["beamSearch"]
+# multihead.py, encoder.py, decoder.py, model.py, decoding.py: what layers.js (the model, once
+# for the translator and the trainer) and transformer.js (decoding) must define
+MIRRORED = {
+    "layers.js": ["multiHeadAttention", "encoderLayer", "decoderLayer", "encode"],
+    "transformer.js": ["decodeStep", "beamSearch"],
+}
 BLOCKS = {"if", "for", "while", "switch", "catch", "with"}  # keyword (...) { is no function
 # after these a "/" begins a regular expression, not a division
 REGEX_AFTER = set("(,=:[!&|?{};+-*%<>~^") | {"=>", "return", "typeof", "case", "do", "else"}
@@ -194,10 +198,16 @@ def test_functions_are_short(script):
     assert not long, ", ".join(f"{f.name} (line {f.first}, {f.lines} lines)" for f in long)
 
 
-def test_transformer_js_mirrors_the_modules():
-    """transformer.js defines the forward pass and decoding under the Python modules' names."""
-    names = {f.name for f in functions((STATIC / "transformer.js").read_text())}
-    assert not set(MIRRORED) - names, sorted(set(MIRRORED) - names)
+@pytest.mark.parametrize("script", sorted(MIRRORED))
+def test_the_model_mirrors_the_modules(script):
+    """layers.js defines the forward pass and transformer.js decoding under the Python modules'
+    names; no other script defines the layers again."""
+    names = {f.name for f in functions((STATIC / script).read_text())}
+    assert not set(MIRRORED[script]) - names, sorted(set(MIRRORED[script]) - names)
+    layers = set(MIRRORED["layers.js"]) - {"encode"}  # transformer.js's encode: one sentence
+    for other in (s for s in SCRIPTS if s.name != "layers.js"):
+        again = layers & {f.name for f in functions(other.read_text())}
+        assert not again, f"{other.name} defines {sorted(again)} again"
 
 
 def python_constants() -> dict[str, float]:
@@ -231,7 +241,8 @@ CONSTANT = re.compile(r"\b([A-Z][A-Z0-9_]*) = (-?[0-9][0-9.e+-]*)(?=[,;])")
     [
         ("common.js", ["PAD_ID", "UNK_ID", "BOS_ID", "EOS_ID"]),
         ("transformer.js", ["EXTRA_LENGTH"]),
-        ("trainer.js", ["FIRST", "N_SYMBOLS", "MIN_LENGTH", "MAX_LENGTH", "LN_EPS"]),
+        ("layers.js", ["LN_EPS"]),
+        ("trainer.js", ["FIRST", "N_SYMBOLS", "MIN_LENGTH", "MAX_LENGTH"]),
         ("trainer.js", ["BETA1", "BETA2", "ADAM_EPS"]),
     ],
 )

@@ -1,12 +1,12 @@
-"""Chapter 11's reversal Transformer trained in the page (src/transformer/static/trainer.js and
-trainer_page.js) in headless Chromium, held to the package: the hand-written backward pass gives
-PyTorch autograd's gradients, a run gives `train_step`'s losses, and the page's batches are
-transformer.reversal's.
+"""Chapter 11's reversal Transformer trained in the page (src/transformer/static/trainer.js on
+layers.js, and trainer_page.js) in headless Chromium, held to the package: the hand-written
+backward pass gives PyTorch autograd's gradients, a run gives `train_step`'s losses, and the
+page's batches are transformer.reversal's.
 
 How it works
 - A standalone page in a temporary folder holds one widget, the fragment that
-  transformer.trainer_page writes for the book, with its scripts (common.js, trainer.js,
-  trainer_page.js) beside it. It is opened from disk (file://) through test_browser.Visit: any
+  transformer.trainer_page writes for the book, with its scripts (common.js, layers.js,
+  trainer.js, trainer_page.js) beside it. It is opened from disk (file://) through test_browser.Visit: any
   request but file:, data: and about: is blocked and recorded, and so are console errors and
   uncaught exceptions; each test checks that record as it ends. One page serves the module.
 - Weights go from a PyTorch `Transformer` (the package's config and init) to the page as lists

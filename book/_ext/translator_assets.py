@@ -1,9 +1,10 @@
 """The browser translator's files in the built book: `_static/translator/`.
 
-The page's translator (appendix 18) is four scripts of src/transformer/static/ (SCRIPTS): the
-page loads translator.js, its controls, which loads common.js (what the model shares with the
-trainer), transformer.js (the model and decoding) and pretrained.js when a translation is first
-asked for; chapter 11's trainer is common.js, trainer.js and trainer_page.js. pretrained.js reads the shipped files of
+The page's translator (appendix 18) is five scripts of src/transformer/static/ (SCRIPTS): the
+page loads translator.js, its controls, which loads common.js (the ids, the positional table,
+attention and the WebAssembly kernel), layers.js (the layers, which the trainer shares),
+transformer.js (the shipped model and decoding) and pretrained.js when a translation is first
+asked for; chapter 11's trainer is common.js, layers.js, trainer.js and trainer_page.js. pretrained.js reads the shipped files of
 src/transformer/weights/ as they are: the manifest, each model's safetensors, its
 SentencePiece model and the words file of its in-domain check (words.LANG.tsv). A page opened from disk (file://) may not `fetch` them, but it may run a
 script, so each file F is written as F.js, one line that stores F's exact bytes in base64:
@@ -27,7 +28,7 @@ PACKAGE = Path(files("transformer"))
 WEIGHTS = PACKAGE / "weights"  # the shipped translators (appendix 17's `ship`)
 STATIC = PACKAGE / "static"  # the translator's scripts beside explorer.js
 # the translator's scripts (the page's, and the three it loads) and chapter 11's trainer's
-SCRIPTS = ("translator.js", "common.js", "transformer.js", "pretrained.js")
+SCRIPTS = ("translator.js", "common.js", "layers.js", "transformer.js", "pretrained.js")
 SCRIPTS += tuple(name for name in TRAINER_SCRIPTS if name not in SCRIPTS)
 TARGET = "translator"  # relative to the built _static folder
 GLOBAL = "window.__transformerAssets"  # where the asset scripts leave their bytes

@@ -176,7 +176,7 @@ function transformerCommonModule(scope) {
 
   // y (rows, n_out) = x (rows, n_in) W^T + b for W kept by keepWeight: x copied into the
   // kernel's scratch (padded with zero rows to a multiple of 4), the product computed
-  // there with float32 sums as PyTorch's, and copied out with b added
+  // there with float32 sums as PyTorch's, and copied out with b added (b may be null)
   function linearKept(x, rows, w, b, y) {
     const {n_in, n_out, np} = w, mp = rows + (-rows & 3);
     const a = kernel.top, c = a + mp * n_in;
@@ -186,7 +186,8 @@ function transformerCommonModule(scope) {
     kernel.run(4 * a, 4 * n_in, 4, 4 * w.at, 4 * c, mp, n_in, np);
     for (let r = 0; r < rows; r++) {
       const from = c + r * np, to = r * n_out;
-      for (let o = 0; o < n_out; o++) y[to + o] = F[from + o] + b[o];
+      if (b) for (let o = 0; o < n_out; o++) y[to + o] = F[from + o] + b[o];
+      else y.set(F.subarray(from, from + n_out), to);
     }
   }
 

@@ -765,7 +765,7 @@
       return Array.from(encoderWeights.subarray(row, row + S));
     });
     return {
-      encoder: model.encoder.map((_, l) =>
+      encoder: model.p.encoder.map((_, l) =>
         Array.from({length: model.n_heads}, (_, h) => grid(l, h))),
       ...await T.paced(T.decoderAttentionSteps(model, memory, S, outIds)),
     };

@@ -1,6 +1,6 @@
-// Chapter 11's reversal Transformer trained in the reader's browser. The forward pass
-// in training form (a whole padded batch, keeping what the backward pass needs), the
-// backward pass written out by hand, the label-smoothed loss, gradient clipping and
+// Chapter 11's reversal Transformer trained in the reader's browser: the forward pass
+// of layers.js (a whole padded batch, keeping what the backward pass needs), and here
+// the backward pass written out by hand, the label-smoothed loss, gradient clipping and
 // Adam with the Noam schedule, each as the package computes it (model.py, encoder.py,
 // decoder.py, multihead.py, attention.py, normalization.py, feed_forward.py,
 // embeddings.py, training.py), with the same parameter names as its state_dict. No
@@ -8,10 +8,11 @@
 // small WebAssembly kernel. Float32Array by default, Float64Array with
 // {float64: true}: one code, the array type chosen when the model is built.
 //
-// It needs common.js first (the token ids, the positional table, attention and the
-// kernel, which the translator's model uses too). The whole script is one function, so
-// that trainer_page.js can start it as a Web Worker from a Blob of the two files'
-// sources (a page opened from disk may not load a worker from a file):
+// It needs common.js (the token ids, the positional table, attention and the kernel)
+// and layers.js (the layers, which the translator's model uses too) first. The whole
+// script is one function, so that trainer_page.js can start it as a Web Worker from a
+// Blob of the three files' sources (a page opened from disk may not load a worker from
+// a file):
 //
 //   transformerTrainer.createModel(options) -> model   (seeded init, or options.weights)
 //   transformerTrainer.trainStep(model, batch, settings) -> loss (training.train_step)
@@ -24,15 +25,17 @@
 // Shapes in the comments: B sentences, S source and T target positions, D = d_model,
 // H heads of d_head, I = H d_head, F = d_ff, V the vocabulary; rows are (batch, position)
 // pairs, row r = b * seq + t.
-// Sections: the stream · parameters · kernels · attention · layers · the model · the
-// loss and the update · evaluation · the session.
+// Sections: the stream · parameters · products' gradients · attention · layers · the
+// model · the loss and the update · evaluation · the session.
 function transformerTrainerModule(scope) {
   "use strict";
   const common = scope.transformerCommon;  // common.js
-  if (!common) throw new Error("trainer.js needs common.js on the page first");
+  const L = scope.transformerLayers;  // layers.js
+  if (!common || !L) throw new Error("trainer.js needs common.js and layers.js first");
   const {PAD_ID, BOS_ID, EOS_ID, positionalEncoding} = common;
+  const {parameterShapes, sizeOf, views, product, linear, packRows, lengthsOf} = L;
+  const {embed, residual, feedForward, encode, decode} = L;
   const FIRST = 4, N_SYMBOLS = 16, MIN_LENGTH = 4, MAX_LENGTH = 10;  // chapter 11
-  const LN_EPS = 1e-5;  // normalization.LayerNorm
   const BETA1 = 0.9, BETA2 = 0.98, ADAM_EPS = 1e-9;  // training.make_optimizer
   const now = () => (typeof performance !== "undefined" ? performance.now() : Date.now());
 
@@ -100,37 +103,6 @@ function transformerTrainerModule(scope) {
       n_layers: o.n_layers || 1, vocab: FIRST + N_SYMBOLS, max_len: o.max_len || 16};
   }
 
-  // name -> shape of every parameter, named as model.named_parameters() names them; the
-  // tied table once (tgt_embed.token.embedding.weight and generator.weight are it too)
-  function parameterShapes(c) {
-    const D = c.d_model, I = c.n_heads * c.d_head, shapes = {};
-    shapes["src_embed.token.embedding.weight"] = [c.vocab, D];
-    const attention = p => Object.assign(shapes, {[`${p}.in_proj.weight`]: [3 * I, D],
-      [`${p}.in_proj.bias`]: [3 * I], [`${p}.out_proj.weight`]: [D, I],
-      [`${p}.out_proj.bias`]: [D]});
-    const feedForward = p => Object.assign(shapes, {[`${p}.linear1.weight`]: [c.d_ff, D],
-      [`${p}.linear1.bias`]: [c.d_ff], [`${p}.linear2.weight`]: [D, c.d_ff],
-      [`${p}.linear2.bias`]: [D]});
-    const norm = p => Object.assign(shapes, {[`${p}.norm.weight`]: [D],
-      [`${p}.norm.bias`]: [D]});
-    for (let l = 0; l < c.n_layers; l++) {
-      const e = `encoder.layers.${l}`, d = `decoder.layers.${l}`;
-      attention(`${e}.self_attn`);
-      feedForward(`${e}.feed_forward`);
-      norm(`${e}.attn_residual`);
-      norm(`${e}.ff_residual`);
-      attention(`${d}.self_attn`);
-      norm(`${d}.self_residual`);
-      attention(`${d}.cross_attn`);
-      norm(`${d}.cross_residual`);
-      feedForward(`${d}.feed_forward`);
-      norm(`${d}.ff_residual`);
-    }
-    return shapes;
-  }
-
-  const sizeOf = shape => shape.reduce((a, b) => a * b, 1);
-
   // The package's init, drawn from mulberry32(seed) (not PyTorch's numbers): the table
   // N(0, 1/d_model) (embeddings.TokenEmbedding); every matrix of the stacks
   // Xavier-uniform, U(+-sqrt(6 / (fan_in + fan_out))) (model.xavier_init); attention
@@ -173,36 +145,6 @@ function transformerTrainerModule(scope) {
     return params;
   }
 
-  // The parameters (or their gradients, or Adam's moments) of `store` grouped as the
-  // modules hold them; W^Q, W^K, W^V are views of the stacked in_proj.
-  function views(c, store) {
-    const D = c.d_model, I = c.n_heads * c.d_head, get = name => store[name];
-    const linear = p => ({weight: get(`${p}.weight`), bias: get(`${p}.bias`)});
-    const attention = p => {
-      const w = get(`${p}.in_proj.weight`), b = get(`${p}.in_proj.bias`);
-      return {w_q: w.subarray(0, I * D), w_k: w.subarray(I * D, 2 * I * D),
-        w_v: w.subarray(2 * I * D), b_q: b.subarray(0, I), b_k: b.subarray(I, 2 * I),
-        b_v: b.subarray(2 * I), out_proj: linear(`${p}.out_proj`)};
-    };
-    const feedForward = p => ({linear1: linear(`${p}.linear1`),
-      linear2: linear(`${p}.linear2`)});
-    const encoder = [], decoder = [];
-    for (let l = 0; l < c.n_layers; l++) {
-      const e = `encoder.layers.${l}`, d = `decoder.layers.${l}`;
-      encoder.push({self_attn: attention(`${e}.self_attn`),
-        attn_residual: linear(`${e}.attn_residual.norm`),
-        feed_forward: feedForward(`${e}.feed_forward`),
-        ff_residual: linear(`${e}.ff_residual.norm`)});
-      decoder.push({self_attn: attention(`${d}.self_attn`),
-        self_residual: linear(`${d}.self_residual.norm`),
-        cross_attn: attention(`${d}.cross_attn`),
-        cross_residual: linear(`${d}.cross_residual.norm`),
-        feed_forward: feedForward(`${d}.feed_forward`),
-        ff_residual: linear(`${d}.ff_residual.norm`)});
-    }
-    return {embedding: get("src_embed.token.embedding.weight"), encoder, decoder};
-  }
-
   // The model: config, parameters, gradients and Adam's state, all of one array type.
   // options: d_model, n_heads, d_ff, n_layers, max_len; float64; weights or seed.
   function createModel(options = {}) {
@@ -219,76 +161,7 @@ function transformerTrainerModule(scope) {
       adamSteps: 0, schedulerSteps: 0};
   }
 
-  // ---------------------------------------------------------------- kernels
-
-  // Every product of the model is one call: C (m, n) = A B, or C += A B with `add`;
-  // A is (m, k), or (k, m) read transposed in place if aT; B is (k, n), or (n, k) if
-  // bT. In float32 it runs in a WebAssembly kernel with 4-lane vectors (simdKernel),
-  // about ten times faster than plain JavaScript, its sums float32 ones as PyTorch's
-  // are; in float64, and where WebAssembly has no SIMD, in three plain loops.
-  function product(A, aT, B, bT, m, k, n, C, add) {
-    if (SIMD && C instanceof Float32Array) {
-      productSimd(A, aT, B, bT, m, k, n, C, add);
-      return;
-    }
-    const ar = aT ? 1 : k, ai = aT ? m : 1, bi = bT ? 1 : n, bo = bT ? k : 1;
-    for (let r = 0; r < m; r++) {
-      for (let o = 0; o < n; o++) {
-        let s = 0;
-        for (let i = 0; i < k; i++) s += A[r * ar + i * ai] * B[i * bi + o * bo];
-        C[r * n + o] = add ? C[r * n + o] + s : s;
-      }
-    }
-  }
-
-  // product through the kernel (common.js): A and B copied into its memory, above what
-  // it keeps there for good, padded with zeros to
-  // mp rows (a multiple of 4) and np columns (of 8), the product (mp, np) computed
-  // there, and its first m rows and n columns copied out into C
-  function productSimd(A, aT, B, bT, m, k, n, C, add) {
-    const mp = m + (-m & 3), np = n + (-n & 7);
-    const a = SIMD.top, b = a + mp * k, c = b + k * np;  // above the weights it keeps
-    const F = SIMD.floats(c + mp * np);  // A at a, B at b, the product at c
-    if (!aT) {  // (mp, k)
-      F.set(A.subarray(0, m * k), a);
-      F.fill(0, a + m * k, b);
-    } else {  // (k, mp)
-      for (let i = 0; i < k; i++) {
-        F.set(A.subarray(i * m, (i + 1) * m), a + i * mp);
-        F.fill(0, a + i * mp + m, a + (i + 1) * mp);
-      }
-    }
-    if (!bT && np === n) F.set(B.subarray(0, k * n), b);
-    else {  // (k, np)
-      for (let i = 0; i < k; i++) {
-        for (let o = 0; o < np; o++) {
-          F[b + i * np + o] = o < n ? B[bT ? o * k + i : i * n + o] : 0;
-        }
-      }
-    }
-    // the byte strides of A's rows and of its columns
-    SIMD.run(4 * a, aT ? 4 : 4 * k, aT ? 4 * mp : 4, 4 * b, 4 * c, mp, k, np);
-    if (!add && np === n) C.set(F.subarray(c, c + m * n));
-    else {
-      for (let r = 0; r < m; r++) {
-        for (let o = 0; o < n; o++) {
-          C[r * n + o] = (add ? C[r * n + o] : 0) + F[c + r * np + o];
-        }
-      }
-    }
-  }
-
-  const SIMD = common.kernel;  // common.js's WebAssembly kernel, or null
-
-  // y (rows, n_out) = x (rows, n_in) W^T + b: nn.Linear, W (n_out, n_in) as PyTorch
-  // stores it; b may be null
-  function linear(x, rows, W, b, n_in, n_out, y) {
-    product(x, false, W, true, rows, n_in, n_out, y, false);
-    if (!b) return;
-    for (let r = 0; r < rows; r++) {
-      for (let o = 0; o < n_out; o++) y[r * n_out + o] += b[o];
-    }
-  }
+  // ---------------------------------------------------------------- products' gradients
 
   // dx (rows, n_in) = dy (rows, n_out) W, the gradient of linear's input; with `add`,
   // dx += dy W
@@ -314,58 +187,6 @@ function transformerTrainerModule(scope) {
   }
 
   // ---------------------------------------------------------------- attention
-
-  // Only the real positions are computed, packed: padding changes no real position's
-  // value or gradient (masks.py: no real query attends to a pad key, the loss ignores
-  // pad targets, and the decoder's pads come after every real query), so the rows of
-  // the padded (B*seq, D) arrays that hold padding are left out. A pack: sentence b's
-  // rows start[b] .. start[b] + len[b] - 1, their ids and positions. The masks follow:
-  // encoder_mask: a key j < len[b]; the causal flag: j <= i; the cross mask: j < len[b].
-  function packRows(ids, B, seq, len) {
-    const start = new Int32Array(B + 1);
-    for (let b = 0; b < B; b++) start[b + 1] = start[b] + len[b];
-    const n = start[B], packed = new Int32Array(n), pos = new Int32Array(n);
-    for (let b = 0; b < B; b++) {
-      for (let t = 0; t < len[b]; t++) {
-        packed[start[b] + t] = ids[b * seq + t];
-        pos[start[b] + t] = t;
-      }
-    }
-    return {B, seq, n, start, len, ids: packed, pos};
-  }
-
-  // each row's real length, up to its first PAD (collate pads on the right)
-  function lengthsOf(ids, B, seq) {
-    const len = new Int32Array(B);
-    for (let b = 0; b < B; b++) {
-      while (len[b] < seq && ids[b * seq + len[b]] !== PAD_ID) len[b] += 1;
-    }
-    return len;
-  }
-
-  // Attention (eq. 1) for every sentence, head and query of a batch, each by the
-  // translator's attend (common.js): q (queries' rows, I), k and v (keys' rows, I),
-  // head h in columns h d_head.. (h+1) d_head; dims.q and dims.k the packs, dims.causal
-  // (query i sees keys 0..i). The weights P (B, H, Tq, Tk) (0 where masked) and the
-  // output ctx (queries' rows, I). A query with no key allowed gets no weights and a
-  // zero output (attention.py).
-  function attend(q, k, v, dims, P, ctx) {
-    const {H, dh, causal, q: Q, k: K} = dims, I = H * dh;
-    const p = new Float64Array(K.seq), acc = new Float64Array(dh);
-    const query = {data: q, at: 0}, out = {data: ctx, at: 0};
-    const key = {data: k, at: 0, stride: I}, value = {data: v, at: 0, stride: I};
-    for (let b = 0; b < Q.B; b++) {
-      for (let h = 0; h < H; h++) {
-        key.at = value.at = K.start[b] * I + h * dh;
-        for (let i = 0; i < Q.len[b]; i++) {
-          query.at = out.at = (Q.start[b] + i) * I + h * dh;
-          const keys = causal ? Math.min(i + 1, K.len[b]) : K.len[b];
-          common.attend(query, key, value, keys, dh, p, acc, out);
-          P.set(p.subarray(0, keys), ((b * H + h) * Q.seq + i) * K.seq);
-        }
-      }
-    }
-  }
 
   // attend's backward, dctx -> dq, dk and dv, overwritten:
   // dP = dctx V^T, dS = P * (dP - rowsum(P * dP)) (the softmax's Jacobian),
@@ -406,24 +227,6 @@ function transformerTrainerModule(scope) {
     }
   }
 
-  // MultiHead(x, y) = Concat(head_1..head_h) W^O + b^O, head_i = Attention(x W_i^Q,
-  // y W_i^K, y W_i^V) (section 3.2.2): y = x for self-attention, the memory for
-  // cross-attention. x (queries' rows, D), y (keys' rows, D) -> tape.out (like x).
-  function multiHeadAttention(model, p, x, y, dims) {
-    const D = model.c.d_model, I = dims.H * dims.dh, Float = model.Float;
-    const rowsQ = dims.q.n, rowsK = dims.k.n;
-    const q = new Float(rowsQ * I), k = new Float(rowsK * I), v = new Float(rowsK * I);
-    linear(x, rowsQ, p.w_q, p.b_q, D, I, q);  // (B*Tq, I)
-    linear(y, rowsK, p.w_k, p.b_k, D, I, k);  // (B*Tk, I)
-    linear(y, rowsK, p.w_v, p.b_v, D, I, v);
-    const P = new Float(dims.q.B * dims.H * dims.q.seq * dims.k.seq);
-    const ctx = new Float(rowsQ * I);
-    attend(q, k, v, dims, P, ctx);
-    const out = new Float(rowsQ * D);
-    linear(ctx, rowsQ, p.out_proj.weight, p.out_proj.bias, I, D, out);  // (B*Tq, D)
-    return {x, y, q, k, v, P, ctx, out, dims};
-  }
-
   // multiHeadAttention's backward: dout (B*Tq, D) -> dx (B*Tq, D), overwritten, and
   // dy (B*Tk, D), added to; for self-attention dy is dx itself. Gradients of W^Q, W^K,
   // W^V, W^O and their biases go into g.
@@ -445,17 +248,6 @@ function transformerTrainerModule(scope) {
 
   // ---------------------------------------------------------------- layers
 
-  // x (rows, D) = sqrt(D) E[ids] + PE[position]: embeddings.TransformerEmbedding
-  // (sections 3.4 and 3.5), a pack's ids and positions -> its rows
-  function embed(model, pack, x) {
-    const D = model.c.d_model, E = model.p.embedding, pe = model.pe, r = model.round;
-    const scale = Math.sqrt(D);
-    for (let row = 0; row < pack.n; row++) {
-      const e = pack.ids[row] * D, pos = pack.pos[row] * D;
-      for (let i = 0; i < D; i++) x[row * D + i] = r(E[e + i] * scale) + pe[pos + i];
-    }
-  }
-
   // embed's backward: dE[ids[row]] += sqrt(D) dx[row], dx (rows, D)
   function embedBackward(model, pack, dx) {
     const D = model.c.d_model, dE = model.g.embedding, scale = Math.sqrt(D);
@@ -463,30 +255,6 @@ function transformerTrainerModule(scope) {
       const e = pack.ids[row] * D;
       for (let i = 0; i < D; i++) dE[e + i] += scale * dx[row * D + i];
     }
-  }
-
-  // Residual, post-LN (normalization.Residual): y = LN(x + h), LN(z) = gamma (z - mu) /
-  // sqrt(sigma^2 + eps) + beta over each row of D. x, h (rows, D); keeps the normalized
-  // rows zhat (rows, D) and 1 / sqrt(sigma^2 + eps) (rows,).
-  function residual(model, norm, x, h) {
-    const D = model.c.d_model, rows = x.length / D, Float = model.Float;
-    const y = new Float(rows * D), zhat = new Float(rows * D), rstd = new Float(rows);
-    const z = new Float64Array(D);
-    for (let r = 0; r < rows; r++) {
-      let mean = 0, variance = 0;
-      for (let i = 0; i < D; i++) {
-        z[i] = model.round(x[r * D + i] + h[r * D + i]);
-        mean += z[i];
-      }
-      mean /= D;
-      for (let i = 0; i < D; i++) variance += (z[i] - mean) ** 2;
-      rstd[r] = 1 / Math.sqrt(variance / D + LN_EPS);
-      for (let i = 0; i < D; i++) {
-        zhat[r * D + i] = (z[i] - mean) * rstd[r];
-        y[r * D + i] = zhat[r * D + i] * norm.weight[i] + norm.bias[i];
-      }
-    }
-    return {y, zhat, rstd};
   }
 
   // residual's backward: dy (rows, D) -> dz, the gradient of z = x + h (both branches
@@ -514,17 +282,6 @@ function transformerTrainerModule(scope) {
     return dz;
   }
 
-  // FFN(x) = max(0, x W_1 + b_1) W_2 + b_2 (eq. 2): x (rows, D) -> out (rows, D), the
-  // hidden layer (rows, F) kept for the backward pass
-  function feedForward(model, p, x) {
-    const {d_model: D, d_ff} = model.c, rows = x.length / D;
-    const hidden = new model.Float(rows * d_ff), out = new model.Float(rows * D);
-    linear(x, rows, p.linear1.weight, p.linear1.bias, D, d_ff, hidden);
-    for (let i = 0; i < hidden.length; i++) if (hidden[i] < 0) hidden[i] = 0;
-    linear(hidden, rows, p.linear2.weight, p.linear2.bias, d_ff, D, out);
-    return {x, hidden, out};
-  }
-
   // feedForward's backward: dout (rows, D) -> dx (rows, D); the ReLU passes the gradient
   // where its output is positive
   function feedForwardBackward(model, p, g, t, dout) {
@@ -538,16 +295,6 @@ function transformerTrainerModule(scope) {
     return dx;
   }
 
-  // EncoderLayer, post-LN (section 3.1): x = LN(x + SelfAttn(x)), x = LN(x + FFN(x));
-  // x (source rows, D)
-  function encoderLayer(model, p, x, dims) {
-    const attn = multiHeadAttention(model, p.self_attn, x, x, dims);
-    const r1 = residual(model, p.attn_residual, x, attn.out);
-    const ff = feedForward(model, p.feed_forward, r1.y);
-    const r2 = residual(model, p.ff_residual, r1.y, ff.out);
-    return {attn, r1, ff, r2, y: r2.y};
-  }
-
   // encoderLayer's backward: dy (B*S, D) -> dx (B*S, D)
   function encoderLayerBackward(model, p, g, t, dy) {
     const dz2 = residualBackward(model, p.ff_residual, g.ff_residual, t.r2, dy);
@@ -558,19 +305,6 @@ function transformerTrainerModule(scope) {
     multiHeadAttentionBackward(model, p.self_attn, g.self_attn, t.attn, dz1, dx, dx);
     addInto(dx, dz1);  // the residual path around the attention
     return dx;
-  }
-
-  // DecoderLayer, post-LN: y = LN(y + SelfAttn(y, causal)), y = LN(y + CrossAttn(y,
-  // memory)), y = LN(y + FFN(y)); y (target rows, D), memory (source rows, D)
-  function decoderLayer(model, p, y, memory, dims) {
-    const self = multiHeadAttention(model, p.self_attn, y, y, dims.self);
-    const r1 = residual(model, p.self_residual, y, self.out);
-    const cross = multiHeadAttention(
-      model, p.cross_attn, r1.y, memory, dims.cross);
-    const r2 = residual(model, p.cross_residual, r1.y, cross.out);
-    const ff = feedForward(model, p.feed_forward, r2.y);
-    const r3 = residual(model, p.ff_residual, r2.y, ff.out);
-    return {self, r1, cross, r2, ff, r3, y: r3.y};
   }
 
   // decoderLayer's backward: dy (B*T, D) -> the gradient of its input (B*T, D); the
@@ -592,41 +326,6 @@ function transformerTrainerModule(scope) {
   }
 
   // ---------------------------------------------------------------- the model
-
-  // Transformer.encode: src (B, S) -> memory (source rows, D), with every layer's tape
-  function encode(model, src, B, S) {
-    const c = model.c, pack = packRows(src, B, S, lengthsOf(src, B, S));
-    const x = new model.Float(pack.n * c.d_model);
-    embed(model, pack, x);
-    const dims = {H: c.n_heads, dh: c.d_head, q: pack, k: pack, causal: false};
-    const layers = [];
-    let h = x;
-    for (const p of model.p.encoder) {
-      layers.push(encoderLayer(model, p, h, dims));
-      h = layers[layers.length - 1].y;
-    }
-    return {src, B, S, pack, layers, memory: h};
-  }
-
-  // Transformer._decode without a cache: tgt_in (B, T), each row's real length `len`
-  // (all T if not given), and the memory -> the logits h E^T (target rows, V), the
-  // pre-softmax projection tied to the table (section 3.4)
-  function decode(model, enc, tgtIn, T, len = new Int32Array(enc.B).fill(T)) {
-    const c = model.c, pack = packRows(tgtIn, enc.B, T, len);
-    const y = new model.Float(pack.n * c.d_model);
-    embed(model, pack, y);
-    const dims = {self: {H: c.n_heads, dh: c.d_head, q: pack, k: pack, causal: true},
-      cross: {H: c.n_heads, dh: c.d_head, q: pack, k: enc.pack, causal: false}};
-    const layers = [];
-    let h = y;
-    for (const p of model.p.decoder) {
-      layers.push(decoderLayer(model, p, h, enc.memory, dims));
-      h = layers[layers.length - 1].y;
-    }
-    const logits = new model.Float(pack.n * c.vocab);
-    linear(h, pack.n, model.p.embedding, null, c.d_model, c.vocab, logits);
-    return {tgtIn, T, pack, layers, h, logits};
-  }
 
   // the encoder and decoder passes of a batch, and its targets at the decoder's rows
   function run(model, batch) {
@@ -1035,12 +734,14 @@ function transformerTrainerModule(scope) {
 
   const api = {
     PAD_ID, BOS_ID, EOS_ID, FIRST, N_SYMBOLS, mulberry32, below, reversalPairs, collate,
-    reversalBatches, modelConfig, parameterShapes, createModel, product, simd: !!SIMD,
+    reversalBatches, modelConfig, parameterShapes, createModel, product, simd: L.simd,
     forward, backward,
     labelSmoothedLoss, smoothingFloor, clipGradients, noamLr, adamUpdate, trainStep,
     evaluate, evaluateSlices, heldOutSet, greedy, createSession,
-    // the worker's source, common.js and this script: the page builds its Worker from it
-    workerSource: () => [transformerCommonModule, transformerTrainerModule]
+    // the worker's source, common.js, layers.js and this script: the page builds its
+    // Worker from it
+    workerSource: () =>
+      [transformerCommonModule, transformerLayersModule, transformerTrainerModule]
       .map(module => `(${String(module)})(self);\n`).join(""),
   };
   scope.transformerTrainer = api;

@@ -1,8 +1,9 @@
 // Watch it learn (chapter 11): the reversal Transformer of trainer.js trained in a Web
 // Worker while the page draws the training and held-out losses, the exact-match rate,
 // the speed, the cross-attention of one sequence (any layer, any head) and the model's
-// current output for a sequence the reader types. Load common.js and trainer.js first;
-// all three work from file:// and over http, and ask nothing of another host.
+// current output for a sequence the reader types. Load common.js, layers.js and
+// trainer.js first; all four work from file:// and over http, and ask nothing of
+// another host.
 //
 //   <div class="reversal-trainer" data-options='{"d_model": 32}'></div> is mounted on
 //   load (reversalTrainer.mountAll(); reversalTrainer.mount(element, options) by hand)
@@ -36,7 +37,7 @@
 
   // ---------------------------------------------------------------- the worker
 
-  // A training session in a Web Worker built from the sources of common.js and
+  // A training session in a Web Worker built from the sources of common.js, layers.js and
   // trainer.js (a page opened from disk may not start a worker from a file, but may from
   // a Blob); where no worker starts, the same session runs on this thread, in short
   // slices.

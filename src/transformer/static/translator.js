@@ -46,7 +46,7 @@
   // the folder of this script, and of the scripts it loads
   const BASE = new URL(".", script && script.src ? script.src : location.href).href;
   // in this order: each reads the one before it as it starts
-  const ENGINE = ["common.js", "transformer.js", "pretrained.js"];
+  const ENGINE = ["common.js", "layers.js", "transformer.js", "pretrained.js"];
 
   // ---------------------------------------------------------------- loading
 
