@@ -18,6 +18,7 @@ __all__ = [
 # %% ../../notebooks/19_command_line.ipynb #bdda625e
 import argparse
 import dataclasses
+import inspect
 from collections.abc import Callable
 from dataclasses import Field
 from typing import get_args
@@ -58,16 +59,17 @@ def device_name(text: str) -> str:
     return text
 
 
-def subcommand(
-    commands: argparse._SubParsersAction,
-    name: str,
-    run: Callable,
-    help: str,
-    description: str,
-) -> argparse.ArgumentParser:
-    """A subcommand's parser that shows defaults in its help and calls `run(args)`."""
-    formatter = argparse.ArgumentDefaultsHelpFormatter
-    p = commands.add_parser(name, help=help, description=description, formatter_class=formatter)
+def subcommand(commands: argparse._SubParsersAction, run: Callable) -> argparse.ArgumentParser:
+    """The parser of the subcommand that `run(args)` runs, named for it (`run_ship`:
+    `ship`): the first line of its docstring is the help that the list of commands
+    shows, the rest the description that its --help shows, with the defaults."""
+    summary, _, description = inspect.cleandoc(run.__doc__).partition("\n\n")
+    p = commands.add_parser(
+        run.__name__.removeprefix("run_"),
+        help=summary.removesuffix("."),
+        description=description,
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
     p.set_defaults(run=run, parser=p)
     return p
 

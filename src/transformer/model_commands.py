@@ -82,22 +82,7 @@ def _load(args: argparse.Namespace) -> Loaded:
 
 # %% ../../notebooks/19_command_line.ipynb #a68cfa62
 def add_translate_parser(commands: argparse._SubParsersAction) -> None:
-    p = subcommand(
-        commands,
-        "translate",
-        run_translate,
-        help="translate sentences with a trained model",
-        description="Translate the texts given as arguments, or else each line of "
-        "standard input, and print one translation per line; a text of several "
-        "sentences is translated sentence by sentence. A blank line of input gives an "
-        "empty line, so that the lines stay aligned; a blank argument, or input "
-        "without any text, is an error (nothing to translate), and so is text that is "
-        "not in the locale's encoding (UTF-8), naming its line. A sentence longer "
-        "than the model's max_len is truncated, with a warning. With --model, a line "
-        "unlike the image captions the model learned from (its in-domain check) gets "
-        "a warning on standard error, which names the other direction's model where "
-        "the line reads as a caption in the target language.",
-    )
+    p = subcommand(commands, run_translate)
     p.add_argument("sentences", nargs="*", help="sentences to translate (default: standard input)")
     add_checkpoint_arguments(p)
 
@@ -128,6 +113,18 @@ def warn_out_of_domain(prog: str, translator: Pretrained, texts: list[str]) -> N
 
 
 def run_translate(args: argparse.Namespace) -> int:
+    """Translate sentences with a trained model.
+
+    Translate the texts given as arguments, or else each line of standard input, and
+    print one translation per line; a text of several sentences is translated
+    sentence by sentence. A blank line of input gives an empty line, so that the
+    lines stay aligned; a blank argument, or input without any text, is an error
+    (nothing to translate), and so is text that is not in the locale's encoding
+    (UTF-8), naming its line. A sentence longer than the model's max_len is
+    truncated, with a warning. With --model, a line unlike the image captions the
+    model learned from (its in-domain check) gets a warning on standard error, which
+    names the other direction's model where the line reads as a caption in the
+    target language."""
     texts = argument_texts(args.sentences)  # checked before the model loads
     m = _load(args)
     texts = texts or input_lines(sys.stdin)
@@ -186,15 +183,7 @@ def input_lines(stream: TextIO) -> list[str]:
 
 # %% ../../notebooks/19_command_line.ipynb #4a283b4b
 def add_evaluate_parser(commands: argparse._SubParsersAction) -> None:
-    p = subcommand(
-        commands,
-        "evaluate",
-        run_evaluate,
-        help="BLEU of a trained model on a Multi30k split",
-        description="Translate a Multi30k split in the direction the model was "
-        "trained for, print sacreBLEU cased (detokenized) and lowercased, each with "
-        "its signature, and write the translations to a file, one per line.",
-    )
+    p = subcommand(commands, run_evaluate)
     p.add_argument(
         "--split",
         choices=list(SPLIT_SIZES),
@@ -209,6 +198,11 @@ def add_evaluate_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def run_evaluate(args: argparse.Namespace) -> int:
+    """BLEU of a trained model on a Multi30k split.
+
+    Translate a Multi30k split in the direction the model was trained for, print
+    sacreBLEU cased (detokenized) and lowercased, each with its signature, and write
+    the translations to a file, one per line."""
     m = _load(args)
     scored = evaluate_split(m.model, m.tokenizer, args.split, m.src, m.tgt, m.decoding)
     out = Path(args.hypotheses or f"{args.split}.{m.src}-{m.tgt}.hyp.txt")

@@ -34,15 +34,7 @@ from .training_loop import train
 
 def add_train_parser(commands: argparse._SubParsersAction) -> None:
     """The `train` subcommand: one flag per TrainConfig field, in its field's group."""
-    p = arguments.subcommand(
-        commands,
-        "train",
-        run_train,
-        help="train a Transformer on Multi30k",
-        description="Train a Transformer on Multi30k. Under torchrun it trains with "
-        "DistributedDataParallel, one process per device. Writes OUT/metrics.jsonl and "
-        "OUT/checkpoints/.",
-    )
+    p = arguments.subcommand(commands, run_train)
     groups = {}
     for f in fields(TrainConfig):
         name = f.metadata["group"]
@@ -52,9 +44,13 @@ def add_train_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def run_train(args: argparse.Namespace) -> int:
-    """Build the TrainConfig (its checks become argparse errors) and train. The exit
-    status is 0, or 130 after SIGINT and 143 after SIGTERM (the run saved where it
-    stopped)."""
+    """Train a Transformer on Multi30k.
+
+    Train a Transformer on Multi30k. Under torchrun it trains with
+    DistributedDataParallel, one process per device. Writes OUT/metrics.jsonl and
+    OUT/checkpoints/. The exit status is 0, or 130 after SIGINT and 143 after SIGTERM
+    (the run saves the step it stopped at)."""
+    # the TrainConfig's checks become argparse errors
     names = {f.name for f in fields(TrainConfig)}
     try:
         cfg = TrainConfig(**{k: v for k, v in vars(args).items() if k in names})
@@ -70,15 +66,7 @@ def run_train(args: argparse.Namespace) -> int:
 
 # %% ../../notebooks/19_command_line.ipynb #a89a06c3
 def add_record_parser(commands: argparse._SubParsersAction) -> None:
-    p = arguments.subcommand(
-        commands,
-        "record",
-        run_record,
-        help="score a finished run and write its results JSON",
-        description="Average a run's last checkpoints, score val and test_2016_flickr "
-        "with sacreBLEU, and write the run's record with its provenance "
-        "(results/<run>.json). Run it on the machine that trained, right after train.",
-    )
+    p = arguments.subcommand(commands, run_record)
     p.add_argument("run_dir", metavar="RUN", help="the run folder that train wrote (its --out)")
     p.add_argument("--out", required=True, help="the JSON file to write, e.g. results/en-de.json")
     p.add_argument(
@@ -92,6 +80,11 @@ def add_record_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def run_record(args: argparse.Namespace) -> int:
+    """Score a finished run and write its results JSON.
+
+    Average a run's last checkpoints, score val and test_2016_flickr with sacreBLEU,
+    and write the run's record with its provenance (results/<run>.json). Run it on
+    the machine that trained, right after train."""
     result = record_run(
         args.run_dir,
         ["python -m transformer", *args.argv],
@@ -112,23 +105,19 @@ def run_record(args: argparse.Namespace) -> int:
 
 # %% ../../notebooks/19_command_line.ipynb #d56051e2
 def add_ship_parser(commands: argparse._SubParsersAction) -> None:
-    p = arguments.subcommand(
-        commands,
-        "ship",
-        run_ship,
-        help="store a finished run's model in the package, for translate --model",
-        description="Average a run's last checkpoints and store the model in a "
-        "weights folder (by default the package's own): int8 matrices with a float16 "
-        "scale per row in safetensors, the run's SentencePiece model, and "
-        "manifest.json with both files' SHA-256 sums, the model config and the "
-        "decoding settings given here.",
-    )
+    p = arguments.subcommand(commands, run_ship)
     p.add_argument("run_dir", metavar="RUN", help="the run folder that train wrote (its --out)")
     p.add_argument("--out", default=str(WEIGHTS), help="the weights folder to write into")
     arguments.add_decoding_arguments(p)
 
 
 def run_ship(args: argparse.Namespace) -> int:
+    """Store a finished run's model in the package, for translate --model.
+
+    Average a run's last checkpoints and store the model in a weights folder (by
+    default the package's own): int8 matrices with a float16 scale per row in
+    safetensors, the run's SentencePiece model, and manifest.json with both files'
+    SHA-256 sums, the model config and the decoding settings given here."""
     entry = ship(args.run_dir, arguments.decoding_of(args), args.out)
     size = (Path(args.out) / entry["weights"]).stat().st_size
     print(f"{entry['weights']}: {size / 1e6:.1f} MB, SHA-256 {entry['weights_sha256']}")
@@ -137,16 +126,7 @@ def run_ship(args: argparse.Namespace) -> int:
 
 # %% ../../notebooks/19_command_line.ipynb #8a363879
 def add_search_parser(commands: argparse._SubParsersAction) -> None:
-    p = arguments.subcommand(
-        commands,
-        "search",
-        run_search,
-        help="run a grid of time-boxed training trials, scored on val",
-        description="Train each trial of a grid file in its own process and score it "
-        "on the validation set with each decoding setting of the grid; add the "
-        "records to a JSON-lines file. Trials already in that file are skipped, so a "
-        "search that was cut short resumes.",
-    )
+    p = arguments.subcommand(commands, run_search)
     p.add_argument("grid", help="the grid: JSON with base, trials and decoding")
     p.add_argument(
         "--out",
@@ -170,6 +150,12 @@ def add_search_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def run_search(args: argparse.Namespace) -> int:
+    """Run a grid of time-boxed training trials, scored on val.
+
+    Train each trial of a grid file in its own process and score it on the
+    validation set with each decoding setting of the grid; add the records to a
+    JSON-lines file. Trials already in that file are skipped, so a search that was
+    cut short resumes."""
     search(
         args.grid,
         args.out,
