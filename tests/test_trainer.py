@@ -6,7 +6,7 @@ page's batches are transformer.reversal's.
 How it works
 - A standalone page in a temporary folder holds one widget, the fragment that
   transformer.trainer_page writes for the book, with its scripts (common.js, layers.js,
-  trainer.js, trainer_page.js) beside it. It is opened from disk (file://) through test_browser.Visit: any
+  trainer.js, trainer_session.js, trainer_page.js) beside it. It is opened from disk (file://) through test_browser.Visit: any
   request but file:, data: and about: is blocked and recorded, and so are console errors and
   uncaught exceptions; each test checks that record as it ends. One page serves the module.
 - Weights go from a PyTorch `Transformer` (the package's config and init) to the page as lists

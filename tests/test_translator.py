@@ -1,5 +1,6 @@
 """The translator in the page (src/transformer/static/: translator.js, the page, which loads
-common.js, layers.js and transformer.js, the model, and pretrained.js, the loading; appendix 18) in
+common.js, layers.js and transformer.js, the model, shipped.js, sentencepiece.js and domain.js,
+the files, the tokenizer and the in-domain check, and pretrained.js, the loading; appendix 18) in
 headless Chromium, held to the package: the same ids as SentencePiece, the same numbers as
 PyTorch within 1e-4, the same translations as `load_pretrained(d).translate` (sentence by
 sentence), the same sentences and in-domain check as `transformer.domain`, and a page that bad
@@ -338,7 +339,8 @@ def test_weights_load_when_asked(browser, site):
     assert opened == ["translator.html", "translator.js"], opened
     entry = shipped_entry(read_manifest(), "en-de")  # the direction's best model
     assert sorted(asked[2:]) == sorted(
-        ["common.js", "layers.js", "transformer.js", "pretrained.js", "manifest.json.js"]
+        ["common.js", "layers.js", "transformer.js", "shipped.js", "sentencepiece.js"]
+        + ["domain.js", "pretrained.js", "manifest.json.js"]
         + [f"{entry['tokenizer']}.js", f"{entry['weights']}.js"]
         + [f"{entry['domain']['words']}.js"]
     )

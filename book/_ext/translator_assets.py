@@ -1,23 +1,25 @@
 """The browser translator's files in the built book: `_static/translator/`.
 
-The page's translator (appendix 18) is five scripts of src/transformer/static/ (SCRIPTS): the
-page loads translator.js, its controls, which loads common.js (the ids, the positional table,
-attention and the WebAssembly kernel), layers.js (the layers, which the trainer shares),
-transformer.js (the shipped model and decoding) and pretrained.js when a translation is first
-asked for; chapter 11's trainer is common.js, layers.js, trainer.js and trainer_page.js. pretrained.js reads the shipped files of
-src/transformer/weights/ as they are: the manifest, each model's safetensors, its
-SentencePiece model and the words file of its in-domain check (words.LANG.tsv). A page opened from disk (file://) may not `fetch` them, but it may run a
+The page's translator (appendix 18) is scripts of src/transformer/static/ (SCRIPTS): the page
+loads translator.js, its controls, which loads the scripts of its ENGINE list (common.js,
+layers.js, transformer.js, shipped.js, sentencepiece.js, domain.js, pretrained.js) when a
+translation is first asked for; chapter 11's trainer is transformer.trainer_page.SCRIPTS.
+shipped.js and pretrained.js read the shipped files of src/transformer/weights/ as they are: the
+manifest, each model's safetensors, its SentencePiece model and the words file of its in-domain
+check (words.LANG.tsv). A page opened from disk (file://) may not `fetch` them, but it may run a
 script, so each file F is written as F.js, one line that stores F's exact bytes in base64:
 
     window.__transformerAssets["en-de.safetensors"] = "...";
 
-pretrained.js adds such a <script> only when the reader first asks for a translation, and checks
-the decoded bytes against the manifest's SHA-256 sums, so the check is on the shipped bytes.
+shipped.js adds such a <script> (by translator.js's loader) only when the reader first asks for
+a translation, and checks the decoded bytes against the manifest's SHA-256 sums, so the check is
+on the shipped bytes.
 Nothing is downloaded at build time; the files come from the installed package.
 """
 
 import base64
 import json
+import re
 import shutil
 from importlib.resources import files
 from pathlib import Path
@@ -27,8 +29,10 @@ from transformer.trainer_page import SCRIPTS as TRAINER_SCRIPTS
 PACKAGE = Path(files("transformer"))
 WEIGHTS = PACKAGE / "weights"  # the shipped translators (appendix 17's `ship`)
 STATIC = PACKAGE / "static"  # the translator's scripts beside explorer.js
-# the translator's scripts (the page's, and the three it loads) and chapter 11's trainer's
-SCRIPTS = ("translator.js", "common.js", "layers.js", "transformer.js", "pretrained.js")
+# the translator's scripts (the page's, and those it loads, as translator.js's ENGINE lists
+# them: one list) and chapter 11's trainer's
+ENGINE = re.search(r"const ENGINE = \[([^\]]*)\]", (STATIC / "translator.js").read_text())
+SCRIPTS = ("translator.js", *re.findall(r'"([\w.]+\.js)"', ENGINE.group(1)))
 SCRIPTS += tuple(name for name in TRAINER_SCRIPTS if name not in SCRIPTS)
 TARGET = "translator"  # relative to the built _static folder
 GLOBAL = "window.__transformerAssets"  # where the asset scripts leave their bytes

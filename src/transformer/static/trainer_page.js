@@ -1,9 +1,9 @@
 // Watch it learn (chapter 11): the reversal Transformer of trainer.js trained in a Web
 // Worker while the page draws the training and held-out losses, the exact-match rate,
 // the speed, the cross-attention of one sequence (any layer, any head) and the model's
-// current output for a sequence the reader types. Load common.js, layers.js and
-// trainer.js first; all four work from file:// and over http, and ask nothing of
-// another host.
+// current output for a sequence the reader types. Load common.js, layers.js,
+// trainer.js and trainer_session.js first; all five work from file:// and over http,
+// and ask nothing of another host.
 //
 //   <div class="reversal-trainer" data-options='{"d_model": 32}'></div> is mounted on
 //   load (reversalTrainer.mountAll(); reversalTrainer.mount(element, options) by hand)
@@ -37,18 +37,18 @@
 
   // ---------------------------------------------------------------- the worker
 
-  // A training session in a Web Worker built from the sources of common.js, layers.js and
-  // trainer.js (a page opened from disk may not start a worker from a file, but may from
-  // a Blob); where no worker starts, the same session runs on this thread, in short
-  // slices.
+  // A training session (trainer_session.js) in a Web Worker built from the sources of
+  // common.js, layers.js, trainer.js and trainer_session.js (a page opened from disk may
+  // not start a worker from a file, but may from a Blob); where no worker starts, the
+  // same session runs on this thread, in short slices.
   function startRunner(inWorker = true) {
     const listeners = [], deliver = data => listeners.forEach(fn => fn(data));
-    const api = window.transformerTrainer;
-    if (!api) throw new Error("trainer_page.js needs trainer.js, loaded before it");
+    const session = window.transformerSession;
+    if (!session) throw new Error("trainer_page.js needs trainer_session.js before it");
     try {
       if (!inWorker) throw new Error("asked to run on this thread");
       const url = URL.createObjectURL(
-        new Blob([api.workerSource()], {type: "text/javascript"}));
+        new Blob([session.workerSource()], {type: "text/javascript"}));
       const worker = new Worker(url);
       worker.onmessage = event => {
         URL.revokeObjectURL(url);
@@ -59,18 +59,18 @@
         listen: fn => listeners.push(fn), stop: () => worker.terminate()};
     } catch (error) {
       let stopped = false;
-      const session = api.createSession(data => {
+      const run = session.createSession(data => {
         if (!stopped) setTimeout(() => deliver(data), 0);
       });
       return {worker: false, listen: fn => listeners.push(fn),
         post: message => setTimeout(() => {
           try {
-            session.handle(message);
+            run.handle(message);
           } catch (e) {
             deliver({type: "error", message: e.message});
           }
         }, 0),
-        stop: () => { stopped = true; session.handle({type: "pause"}); }};
+        stop: () => { stopped = true; run.handle({type: "pause"}); }};
     }
   }
 

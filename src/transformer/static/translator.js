@@ -1,10 +1,12 @@
 // The translator in the page (chapter 14, appendix 18): the controls that the fragment
 // of translator_page.py asks for, and the public API. The fragment's <script> loads
 // this file only; this one loads the translator itself, from beside it, when a
-// translation is first asked for: common.js (what the model shares with the trainer),
-// transformer.js (the model and decoding, shaped like the Python package), then
-// pretrained.js (the shipped files, loading, the in-domain check, translating), which
-// loads the weights in turn. Nothing comes from another host.
+// translation is first asked for: common.js and layers.js (what the model shares with
+// the trainer: the ids, attention, the kernel, the layers), transformer.js (the shipped
+// model and decoding, shaped like the Python package), shipped.js (reading the shipped
+// files), sentencepiece.js (the tokenizer), domain.js (the in-domain check and the
+// sentence splitter), then pretrained.js (loading, translating), which loads the
+// shipped files in turn, by this file's loader. Nothing comes from another host.
 //
 //   transformerTranslate(direction, text, options) -> Promise of {translation,
 //     outOfDomain, betterDirection, cost, threshold, sentences: [{source,
@@ -16,11 +18,11 @@
 //     sentences}) hears of each sentence, options.signal (an AbortSignal) stops it
 //     between sentences
 //   transformerDebug: what the tests compare with PyTorch (pretrained.js's debug)
-//   transformerTranslator: {translate, mount, mountAll, debug}
+//   transformerTranslator: {translate, mount, mountAll, debug, loadScript}
 //
 //   function             what it does (the page mirrors no Python module but these)
-//   loadScript,          common.js, transformer.js and pretrained.js, added once, in
-//     loadEngine         order
+//   loadScript,          the one script loader: the ENGINE scripts, added once, in
+//     loadEngine         order; the shipped files' scripts (shipped.js's loadFile)
 //   languageNames        language code -> name, from the fragment's config
 //   markup, mount        one translator's controls, built and wired (mountAll: all)
 //   setStatus, showExamples, idle, changeDirection, chooseExample
@@ -46,18 +48,25 @@
   // the folder of this script, and of the scripts it loads
   const BASE = new URL(".", script && script.src ? script.src : location.href).href;
   // in this order: each reads the one before it as it starts
-  const ENGINE = ["common.js", "layers.js", "transformer.js", "pretrained.js"];
+  // (book/_ext/translator_assets.py reads this list: the scripts the book's build copies)
+  const ENGINE = ["common.js", "layers.js", "transformer.js", "shipped.js",
+    "sentencepiece.js", "domain.js", "pretrained.js"];
 
   // ---------------------------------------------------------------- loading
 
   // a script beside this one, added to the page; async = false: the scripts added so
-  // run in the order they were added, whichever arrives first
-  function loadScript(name) {
+  // run in the order they were added, whichever arrives first. An asset (a shipped
+  // file's script, which only stores its bytes) runs as soon as it arrives, and its tag
+  // goes once it has run.
+  function loadScript(name, asset = false) {
     return new Promise((resolve, reject) => {
       const tag = document.createElement("script");
       tag.src = new URL(name, BASE).href;
-      tag.async = false;
-      tag.onload = resolve;
+      tag.async = asset;
+      tag.onload = () => {
+        if (asset) tag.remove();
+        resolve();
+      };
       tag.onerror = () => {
         tag.remove();
         reject(new Error(`could not load ${tag.src}; `
@@ -73,7 +82,7 @@
   const loadEngine = () => {
     const loaded = window.transformerPretrained;
     if (loaded) return Promise.resolve(loaded);
-    engine = engine || Promise.all(ENGINE.map(loadScript))
+    engine = engine || Promise.all(ENGINE.map(name => loadScript(name)))
       .then(() => window.transformerPretrained)
       .catch(error => { engine = null; throw error; });
     return engine;
@@ -441,7 +450,7 @@
     document.querySelectorAll(".transformer-translator").forEach(mount);
   }
 
-  window.transformerTranslator = {translate, mount, mountAll, debug};
+  window.transformerTranslator = {translate, mount, mountAll, debug, loadScript};
   window.transformerTranslate =
     (direction, text, options) => translate(direction, text, options);
   window.transformerDebug = debug;
