@@ -13,8 +13,8 @@
 //   product, linear      torch.matmul, torch.nn.Linear (on the kernel in float32)
 //   packRows, lengthsOf  masks.py's masks, as the rows that are computed
 //   attend               attention.scaled_dot_product_attention, every query and head
-//   multiHeadAttention   multihead.MultiHeadAttention.forward (keysAndValues:
-//                        multihead.project's K and V, with the decoder's cache)
+//   multiHeadAttention   multihead.MultiHeadAttention.forward (project:
+//                        multihead.project, with the decoder's cache)
 //   embed                embeddings.TransformerEmbedding
 //   residual             normalization.Residual (post-LN) with normalization.LayerNorm
 //   feedForward          feed_forward.FeedForward
@@ -71,8 +71,9 @@ function transformerLayersModule(scope) {
   // The parameters (or their gradients, or Adam's moments) of `store` grouped as the
   // modules hold them; W^Q, W^K, W^V are views of the stacked in_proj. Each matrix W
   // (n_out, n_in) of a product goes through matrix(W, n_out, n_in): the translator's
-  // keeps it in the kernel's memory (common.keepWeight).
-  function views(c, store, matrix = W => W) {
+  // keeps it in the kernel's memory (common.keepWeight). With `fused`, attention also
+  // holds W^Q | W^K | W^V whole, w_in, for self-attention's one product (project).
+  function views(c, store, matrix = W => W, fused = false) {
     const D = c.d_model, I = c.n_heads * c.d_head, get = name => store[name];
     const shapes = parameterShapes(c);
     const linear = p => {
@@ -85,7 +86,9 @@ function transformerLayersModule(scope) {
       return {w_q: matrix(w.subarray(0, I * D), I, D),
         w_k: matrix(w.subarray(I * D, 2 * I * D), I, D),
         w_v: matrix(w.subarray(2 * I * D), I, D), b_q: b.subarray(0, I),
-        b_k: b.subarray(I, 2 * I), b_v: b.subarray(2 * I), out_proj: linear(`${p}.out_proj`)};
+        b_k: b.subarray(I, 2 * I), b_v: b.subarray(2 * I),
+        out_proj: linear(`${p}.out_proj`),
+        ...(fused ? {w_in: matrix(w, 3 * I, D), b_in: b} : {})};
     };
     const feedForward = p => ({linear1: linear(`${p}.linear1`),
       linear2: linear(`${p}.linear2`)});
@@ -242,9 +245,7 @@ function transformerLayersModule(scope) {
   function multiHeadAttention(model, p, x, y, dims) {
     const D = model.c.d_model, I = dims.H * dims.dh, Float = model.Float;
     const rowsQ = dims.q.n;
-    const q = new Float(rowsQ * I);
-    linear(x, rowsQ, p.w_q, p.b_q, D, I, q);  // (B*Tq, I)
-    const {k, v} = dims.kv || keysAndValues(model, p, y, dims);
+    const {q, k, v} = project(model, p, x, y, dims);
     const P = new Float(dims.q.B * dims.H * dims.q.seq * dims.k.seq);
     const ctx = new Float(rowsQ * I);
     attend(q, k, v, dims, P, ctx);
@@ -253,23 +254,41 @@ function transformerLayersModule(scope) {
     return {x, y, q, k, v, P, ctx, out, dims};
   }
 
-  // multihead.project's keys and values of y (its rows, I each), or with dims.cache
-  // (decoding: {K, V, size, position}, K and V (rows, limit, I)), y's rows, each a
-  // beam's newest position, written into the cache at `position`, and the cache's K
-  // and V, whose keys dims.k points at. (dims.kv: given ones, such as the memory's.)
-  function keysAndValues(model, p, y, dims) {
-    const D = model.c.d_model, I = dims.H * dims.dh, cache = dims.cache;
-    const rows = cache ? dims.q.n : dims.k.n;
-    const k = new model.Float(rows * I), v = new model.Float(rows * I);
-    linear(y, rows, p.w_k, p.b_k, D, I, k);  // (B*Tk, I)
-    linear(y, rows, p.w_v, p.b_v, D, I, v);
-    if (!cache) return {k, v};
+  // multihead.project: Q = x W^Q (B*Tq, I), and the keys and values of y (its rows, I
+  // each): in one product where x is y and W^Q | W^K | W^V is held whole (p.w_in, the
+  // translator's), else in three. With dims.kv, given keys and values (the memory's);
+  // with dims.cache (decoding: {K, V, size, position}, K and V (rows, limit, I)), y's
+  // rows, each a beam's newest position, are written into the cache at `position`, and
+  // the cache's K and V are returned, which dims.k points at.
+  function project(model, p, x, y, dims) {
+    const D = model.c.d_model, I = dims.H * dims.dh, Float = model.Float;
+    const cache = dims.cache, rowsQ = dims.q.n, rows = cache ? rowsQ : dims.k.n;
+    const q = new Float(rowsQ * I);
+    if (dims.kv) {
+      linear(x, rowsQ, p.w_q, p.b_q, D, I, q);
+      return {q, k: dims.kv.k, v: dims.kv.v};
+    }
+    const k = new Float(rows * I), v = new Float(rows * I);
+    if (p.w_in && x === y) {
+      const qkv = new Float(rows * 3 * I);
+      linear(x, rows, p.w_in, p.b_in, D, 3 * I, qkv);
+      for (let r = 0, o = 0; r < rows; r++, o += 3 * I) {
+        q.set(qkv.subarray(o, o + I), r * I);
+        k.set(qkv.subarray(o + I, o + 2 * I), r * I);
+        v.set(qkv.subarray(o + 2 * I, o + 3 * I), r * I);
+      }
+    } else {
+      linear(x, rowsQ, p.w_q, p.b_q, D, I, q);
+      linear(y, rows, p.w_k, p.b_k, D, I, k);
+      linear(y, rows, p.w_v, p.b_v, D, I, v);
+    }
+    if (!cache) return {q, k, v};
     for (let r = 0; r < rows; r++) {
       const at = r * cache.size + cache.position * I;
       cache.K.set(k.subarray(r * I, (r + 1) * I), at);
       cache.V.set(v.subarray(r * I, (r + 1) * I), at);
     }
-    return {k: cache.K, v: cache.V};
+    return {q, k: cache.K, v: cache.V};
   }
 
   // ---------------------------------------------------------------- layers

@@ -76,7 +76,7 @@
     const c = sizesOf(config), store = {};
     for (const [name, tensor] of Object.entries(weights)) store[name] = tensor.data;
     const kept = (W, n_out, n_in) => keepWeight(W, n_out, n_in) || W;
-    const p = L.views(c, store, kept);
+    const p = L.views(c, store, kept, true);  // self-attention's W^Q | W^K | W^V whole
     return {
       c, Float: Float32Array, round: Math.fround, p,
       pe: positionalEncoding(c.max_len, c.d_model),
