@@ -3,13 +3,8 @@ import random
 import pytest
 import torch
 
-from transformer.batching import (
-    TokenBatchSampler,
-    collate,
-    example_length,
-    shift_right,
-    tokenize_pairs,
-)
+from transformer.batching import collate, example_length, shift_right, tokenize_pairs
+from transformer.sampling import TokenBatchSampler
 from transformer.tokenizer import BOS_ID, EOS_ID, PAD_ID, multi30k_tokenizer
 
 

@@ -9,17 +9,11 @@ __all__ = [
     "load_pairs",
     "Batch",
     "collate",
-    "EpochCursor",
-    "check_rank",
-    "cut_by_budget",
-    "share_evenly",
-    "TokenBatchSampler",
 ]
 
 # %% ../../notebooks/11_training.ipynb #9681d9f0
-import random
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import torch
@@ -125,122 +119,3 @@ def collate(
         pad([i for i, _ in shifted]),
         pad([o for _, o in shifted]),
     )
-
-
-# %% ../../notebooks/11_training.ipynb #bb7c062c
-class EpochCursor:
-    """Serves a source's batches epoch after epoch. Every epoch's order is a function of
-    (seed, epoch), so (epoch, position) is the whole state. Subclasses define
-    plan(epoch), this rank's batches of an epoch, and may turn each planned item into a
-    batch with serve(item)."""
-
-    epoch: int = 0
-    position: int = 0  # batches of the current epoch already served
-
-    def plan(self, epoch: int) -> list:
-        raise NotImplementedError
-
-    def serve(self, item):
-        return item
-
-    def __iter__(self) -> Iterator:
-        """The rest of the current epoch, from `position`; the next epoch starts
-        afterwards."""
-        plan = self.plan(self.epoch)
-        while self.position < len(plan):
-            self.position += 1
-            yield self.serve(plan[self.position - 1])
-        self.epoch, self.position = self.epoch + 1, 0
-
-    def state_dict(self) -> dict[str, int]:
-        return {"epoch": self.epoch, "position": self.position}
-
-    def load_state_dict(self, state: dict[str, int]) -> None:
-        self.epoch, self.position = int(state["epoch"]), int(state["position"])
-
-
-def check_rank(rank: int, world_size: int) -> None:
-    """A clear error unless 0 <= rank < world_size (a source's share of the batches)."""
-    if not 0 <= rank < world_size:
-        raise ValueError(f"rank must be in [0, world_size={world_size}), got {rank}")
-
-
-# %% ../../notebooks/11_training.ipynb #912e062c
-def cut_by_budget(indices: list[int], lengths: Sequence[int], token_budget: int) -> list[list[int]]:
-    """Cut `indices` into consecutive batches, each within the budget once padded: a
-    batch's size times its longest example is at most `token_budget`."""
-    batches, current, longest = [], [], 0
-    for i in indices:
-        if current and max(longest, lengths[i]) * (len(current) + 1) > token_budget:
-            batches.append(current)
-            current, longest = [], 0
-        current.append(i)
-        longest = max(longest, lengths[i])
-    return [*batches, current]
-
-
-def share_evenly(batches: list[list[int]], world_size: int) -> list[list[int]]:
-    """Halve the largest batches until the `world_size` ranks can get as many each."""
-    while len(batches) % world_size:
-        j = max(range(len(batches)), key=lambda k: len(batches[k]))
-        if len(batches[j]) < 2:
-            raise ValueError(f"cannot share {len(batches)} batches among {world_size} ranks")
-        half = len(batches[j]) // 2
-        batches[j : j + 1] = [batches[j][:half], batches[j][half:]]
-    return batches
-
-
-# %% ../../notebooks/11_training.ipynb #dfb8ad0a
-class TokenBatchSampler(EpochCursor):
-    """Batches of example indices, grouped by length, each within `token_budget` padded
-    positions. An epoch, seeded by (seed, epoch): shuffle, sort each pool of `pool_size`
-    examples by length, cut, shuffle the batches, deal them round-robin to the
-    `world_size` ranks, as many each. `pool_size=1` is random batching; `shuffle=False`
-    sorts the whole set once (evaluation)."""
-
-    def __init__(
-        self,
-        lengths: Sequence[int],
-        token_budget: int,
-        *,
-        seed: int = 0,
-        shuffle: bool = True,
-        pool_size: int = 4096,
-        rank: int = 0,
-        world_size: int = 1,
-    ):
-        self.lengths = list(lengths)
-        if not self.lengths or min(self.lengths) < 1:
-            raise ValueError("lengths must be a non-empty list of positive lengths")
-        if token_budget < max(self.lengths):
-            raise ValueError(
-                f"token_budget={token_budget} is below the longest example "
-                f"({max(self.lengths)} positions); raise the budget or drop long "
-                "examples"
-            )
-        if pool_size < 1:
-            raise ValueError(f"pool_size must be at least 1, got {pool_size}")
-        check_rank(rank, world_size)
-        if len(self.lengths) < world_size:
-            raise ValueError(f"{len(self.lengths)} examples cannot feed {world_size} ranks")
-        self.token_budget, self.seed, self.shuffle = token_budget, seed, shuffle
-        self.pool_size, self.rank, self.world_size = pool_size, rank, world_size
-
-    def plan(self, epoch: int) -> list[list[int]]:
-        """This rank's batches of `epoch`, in order."""
-        order = list(range(len(self.lengths)))
-        rng = random.Random(f"{self.seed}/{epoch}")
-        if self.shuffle:
-            rng.shuffle(order)
-        pool = self.pool_size if self.shuffle else len(order)
-        for start in range(0, len(order), pool):  # sort each pool by length
-            order[start : start + pool] = sorted(
-                order[start : start + pool], key=self.lengths.__getitem__
-            )
-        batches = cut_by_budget(order, self.lengths, self.token_budget)
-        if self.shuffle:
-            rng.shuffle(batches)
-        return share_evenly(batches, self.world_size)[self.rank :: self.world_size]
-
-    def __len__(self) -> int:  # batches of the current epoch on this rank
-        return len(self.plan(self.epoch))

@@ -11,15 +11,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .batching import (
-    Batch,
-    EpochCursor,
-    Pair,
-    check_rank,
-    collate,
-    example_length,
-)
+from .batching import Batch, Pair, collate, example_length
 from .embeddings import check_token_ids
+from .sampling import EpochCursor, check_rank
 from .tokenizer import PAD_ID
 
 
