@@ -152,8 +152,10 @@ def main() -> None:
         "--first", type=int, default=3, help="fresh pages for the first translation"
     )
     parser.add_argument(
-        "--kind", choices=("gpu", "cpu"), help="the models trained on this kind of machine "
-        "(default: the ones the page loads by default)"
+        "--kind",
+        choices=("gpu", "cpu"),
+        help="the models trained on this kind of machine "
+        "(default: the ones the page loads by default)",
     )
     parser.add_argument("--record", action="store_true", help=f"add the entry to {RESULTS.name}")
     args = parser.parse_args()

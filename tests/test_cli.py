@@ -341,7 +341,7 @@ def test_translate_model_gives_one_line_for_a_paragraph_of_300_words(monkeypatch
     from test_pretrained import PARAGRAPH
 
     from transformer import pretrained
-    from transformer.domain import split_sentences
+    from transformer.sentences import split_sentences
 
     calls, real = [], pretrained.translate
 

@@ -25,9 +25,7 @@ from transformer.domain import (
     counts_text,
     other_language,
     read_counts,
-    split_sentences,
     threshold_for,
-    translate_texts,
     words_entry,
 )
 from transformer.explorer import explore
@@ -45,6 +43,7 @@ from transformer.pretrained import (
 )
 from transformer.results import load_results
 from transformer.scoring import attention_record, runaways
+from transformer.sentences import split_sentences, translate_texts
 
 DIRECTIONS = ("de-en", "en-de")
 OTHER_TEXT = Path(__file__).parents[1] / "benchmarks" / "domain"  # off_domain.LANG.txt

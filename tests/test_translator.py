@@ -45,8 +45,9 @@ import torch
 
 from transformer import translator_page
 from transformer.data import read_sentences
-from transformer.decoding import DecoderState, beam_search, evaluating, lp
-from transformer.domain import caption_tokens, split_sentences
+from transformer.decoding import DecoderState, beam_search, lp
+from transformer.domain import caption_tokens
+from transformer.inference import evaluating
 from transformer.pretrained import (
     MANIFEST,
     WEIGHTS,
@@ -55,6 +56,7 @@ from transformer.pretrained import (
     read_manifest,
     shipped_entry,
 )
+from transformer.sentences import split_sentences
 from transformer.tokenizer import BOS_ID, PAD_ID, UNK_ID
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -561,7 +563,7 @@ def domain_texts(lang: str) -> list[str]:
 
 
 def test_same_sentences_as_python(page):
-    """domain.split_sentences and the page's splitSentences agree on every text: the odd
+    """sentences.split_sentences and the page's splitSentences agree on every text: the odd
     ones (abbreviations, initials, ordinals, quotes, Python's whitespace against
     JavaScript's), captions and off-domain sentences, and paragraphs of them."""
     texts = domain_texts("en") + domain_texts("de")

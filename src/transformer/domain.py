@@ -6,13 +6,6 @@ __all__ = [
     "MARKS",
     "MIN_COUNT",
     "VAL_SHARE",
-    "ENDS",
-    "CLOSERS",
-    "OPENERS",
-    "ABBREVIATIONS",
-    "INITIALS",
-    "ORDINAL",
-    "CANDIDATE",
     "caption_tokens",
     "token_counts",
     "counts_text",
@@ -21,18 +14,14 @@ __all__ = [
     "threshold_for",
     "words_entry",
     "other_language",
-    "ends_sentence",
-    "split_sentences",
-    "translate_texts",
 ]
 
 # %% ../../notebooks/17_shipping.ipynb #7c378928
 import hashlib
 import math
-import re
 import unicodedata
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import groupby
 from pathlib import Path
@@ -143,57 +132,3 @@ def other_language(own: CaptionCheck, other: CaptionCheck, texts: Sequence[str])
         mine and not theirs
         for mine, theirs in zip(own.flags(texts), other.flags(texts), strict=True)
     ]
-
-
-# %% ../../notebooks/17_shipping.ipynb #23657fac
-ENDS = ".!?…"  # a run of these may end a sentence
-CLOSERS = "\"'”“’‘»«)]"  # closing quotes and brackets that stay with the sentence
-OPENERS = "\"'“„‚‘«»([¿¡"  # what may open the next sentence, besides a capital or digit
-# words that a period does not end: English and German abbreviations, lowercase, without
-# their last period; letters each followed by a period ("J. Smith", "e.g.", "z. B.",
-# "U.S.") never end a sentence either (INITIALS)
-ABBREVIATIONS = frozenset(
-    "mr mrs ms dr prof st jr sr vs etc cf approx fig inc ltd mt jan feb mar apr jun"
-    " jul aug sep sept oct nov dec usw nr ca bzw vgl hr fr str evtl ggf inkl bspw sog"
-    " jh abs tel".split()
-)
-INITIALS = re.compile(r"(?:[^\W\d_]\.)*[^\W\d_]")  # "j", "e.g", "u.s": letters
-ORDINAL = re.compile(r"\d{1,3}")  # "am 3. Mai"; a year such as 1990 may end a sentence
-CANDIDATE = re.compile(rf"(\S*?)([{re.escape(ENDS)}]+)([{re.escape(CLOSERS)}]*)\s+(?=\S)")
-
-
-def ends_sentence(word: str, marks: str, following: str) -> bool:
-    """Whether `marks` after `word` (then closers and whitespace) end a sentence: the
-    next character is a capital, a digit or an opener, and marks other than a lone
-    period always end one; a period does not after an abbreviation, initials or a
-    number of one to three digits (German ordinals)."""
-    starts = unicodedata.category(following) in ("Lu", "Lt", "Nd") or following in OPENERS
-    if not starts or marks != ".":
-        return starts
-    word = word.lstrip(OPENERS).lower()
-    return not any((word in ABBREVIATIONS, INITIALS.fullmatch(word), ORDINAL.fullmatch(word)))
-
-
-def split_sentences(text: str) -> list[str]:
-    """The sentences of `text`, in order, each stripped; none for a blank text. A
-    sentence ends after a run of . ! ? … and any closing quotes or brackets, where
-    whitespace follows and ends_sentence agrees."""
-    sentences, start = [], 0
-    for m in CANDIDATE.finditer(text):
-        if ends_sentence(m[1], m[2], text[m.end()]):
-            sentences.append(text[start : m.end(3)].strip())
-            start = m.end()
-    last = text[start:].strip()
-    return [*sentences, last] if last else sentences
-
-
-# %% ../../notebooks/17_shipping.ipynb #9dd0cc84
-def translate_texts(translate: Callable[[list[str]], list[str]], texts: Sequence[str]) -> list[str]:
-    """Each text's translation, sentence by sentence (split_sentences): the sentences of
-    all texts go to `translate` in one call, and each text's translations are joined by
-    a space; "" for a text without sentences."""
-    if isinstance(texts, str):
-        raise TypeError("translate takes a list of texts; wrap one text in a list")
-    parts = [split_sentences(t) for t in texts]
-    done = iter(translate([s for p in parts for s in p]) if any(parts) else [])
-    return [" ".join(next(done) for _ in p) for p in parts]

@@ -36,10 +36,10 @@ from .domain import (
     CaptionCheck,
     other_language,
     read_counts,
-    translate_texts,
 )
 from .evaluation import evaluate_split, translate
 from .model import Transformer, TransformerConfig
+from .sentences import translate_texts
 from .tokenizer import Tokenizer
 
 WEIGHTS = Path(files("transformer")) / "weights"  # inside the installed package

@@ -16,7 +16,7 @@ __all__ = [
 from collections.abc import Iterator
 
 from .batching import Batch, collate
-from .masks import check_int
+from .checks import check_int
 
 FIRST, N_SYMBOLS = 4, 16  # symbols are ids 4..19, after PAD, UNK, BOS and EOS
 MIN_LENGTH, MAX_LENGTH = 4, 10  # sequence lengths, both included

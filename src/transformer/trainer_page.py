@@ -13,7 +13,13 @@ from pathlib import Path
 from .explorer import ELEMENT_ID, STATIC
 
 # the trainer's scripts, in the order the page runs them (each reads the one before)
-SCRIPTS = ("common.js", "layers.js", "trainer.js", "trainer_session.js", "trainer_page.js")
+SCRIPTS = (
+    "common.js",
+    "layers.js",
+    "trainer.js",
+    "trainer_session.js",
+    "trainer_page.js",
+)
 
 
 def trainer_html(

@@ -9,7 +9,7 @@
 //   betterDirection          Pretrained.better_direction, on one text
 //   strip                    str.strip (Python's whitespace, not JavaScript's)
 //   endsSentence, splitSentences
-//                            domain.ends_sentence, domain.split_sentences
+//                            sentences.ends_sentence, sentences.split_sentences
 (() => {
   "use strict";
 
@@ -83,7 +83,7 @@
   const ORDINAL = /^\p{Nd}{1,3}$/u;  // "am 3. Mai"
   const STARTS = /^[\p{Lu}\p{Lt}\p{Nd}]$/u;  // a capital, a title case or a digit
 
-  // domain.ends_sentence: whether `marks` after `word` end a sentence, `following`
+  // sentences.ends_sentence: whether `marks` after `word` end a sentence, `following`
   // the character after the whitespace
   function endsSentence(word, marks, following) {
     const starts = STARTS.test(following) || OPENERS.includes(following);
@@ -92,7 +92,7 @@
     return !(ABBREVIATIONS.has(bare) || INITIALS.test(bare) || ORDINAL.test(bare));
   }
 
-  // domain.split_sentences: the sentences of `text`, in order, each stripped; none for
+  // sentences.split_sentences: the sentences of `text`, in order, each stripped; none for
   // a blank text
   function splitSentences(text) {
     const sentences = [];

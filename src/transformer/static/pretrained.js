@@ -13,7 +13,7 @@
 //   loadTranslator           pretrained.load_pretrained
 //   sourceIds, translateSentence
 //                            evaluation.translate, on one sentence
-//   translate, summary       Pretrained.translate (domain.translate_texts),
+//   translate, summary       Pretrained.translate (sentences.translate_texts),
 //                            Pretrained.out_of_domain and better_direction, with what
 //                            the page shows; sentence by sentence, paced
 //                            (transformer.js's paced)
@@ -336,7 +336,7 @@
     },
     sha256: async (bytes, byHand = false) =>
       (byHand ? sha256ByHand(new Uint8Array(bytes)) : sha256(new Uint8Array(bytes))),
-    // domain.split_sentences of each text
+    // sentences.split_sentences of each text
     splitSentences: async texts => texts.map(splitSentences),
     // of each text: its caption_tokens, its cost and whether out_of_domain flags it;
     // loads the direction's words file only, not its weights
