@@ -32,6 +32,7 @@ def main() -> None:
     parser.add_argument("--alpha", type=float, nargs="+", default=[Decoding.alpha])
     parser.add_argument("--out", required=True, help="the JSON-lines file to append to")
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--max-sentences", type=int, help="only the first N of val (a check)")
     args = parser.parse_args()
     settings = itertools.product(args.average, args.beam_size, args.alpha)
     decodings = [Decoding(*setting) for setting in settings]  # each one checked
@@ -48,7 +49,7 @@ def main() -> None:
                 "train": asdict(cfg),
                 "decoding": asdict(decoding),
             }
-            record |= score_trial(cfg, decoding, device, max_sentences=None)
+            record |= score_trial(cfg, decoding, device, args.max_sentences)
             records.append(record | {"changes": {}, **provenance(["python", *sys.argv])})
             print(summary_line(records[-1]), flush=True)
         add_trials(args.out, records)

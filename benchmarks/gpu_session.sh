@@ -6,10 +6,18 @@
 #
 #   bash benchmarks/gpu_session.sh pack           # here, once: fill .gpu/ to carry
 #   bash benchmarks/gpu_session.sh all [RECIPE]   # the session in one call, ended by GUARD
-#       (540) seconds: en-de and de-en trained at the same time on the one GPU with the
-#       recipe (benchmarks/grids/gpu.json), recorded -> results/{en-de,de-en}.json and
-#       shipped -> src/transformer/weights/ beside the CPU models; then bench, as far as
-#       the guard allows; a log of it all in results/gpu-session.log
+#       (540) seconds, with the recipe benchmarks/grids/gpu.json:
+#       1. probe: the recipe's shape through benchmarks/train_loop.py for PROBE_SECONDS (15)
+#          each, eager, compiled and compiled with CUDA graphs, alone; then the fastest twice
+#          at once; all within PROBE_GUARD (150) s, each entry (or failure) in benchmarks.json
+#       2. train en-de and de-en with the fastest option, at once or one after the other, as
+#          benchmarks/gpu_plan.py chooses from the probe
+#       3. the decoding of each: the best on val of the recipe's choices -> trials.jsonl
+#       4. record -> results/{en-de,de-en}.json; ship -> src/transformer/weights/
+#       5. bench, smallest first; then trials of TRIALS (grids/gpu-trials.json) on val
+#       At most 8 files come back: the 2 records, the manifest, the 2 weights,
+#       benchmarks.json, trials.jsonl and one log, results/gpu-session.log.
+#       PROBE_FAIL="compiled graphs" forces those options' probes to fail (a test).
 #   bash benchmarks/gpu_session.sh search GRID [SECONDS]  # trials on val -> results/trials.jsonl
 #   bash benchmarks/gpu_session.sh bench          # loop and step benchmarks -> results/
 #
@@ -70,37 +78,122 @@ all)
   recipe=${1:-benchmarks/grids/gpu.json}
   deadline=$((SECONDS + ${GUARD:-540}))
   left() { local l=$((deadline - SECONDS)); echo $((l > 1 ? l : 1)); }  # timeout 0: none
-  log=$results/gpu-session.log
-  mkdir -p "$runs"
-  # whatever happens, no run outlives the stage and the logs come back; a failure shows
-  # their ends here too
+  logs=$runs/logs  # numbered in the order they are written, and read back in it
+  rm -rf "$logs" && mkdir -p "$logs"
+  say() { echo "[$SECONDS s] $*" | tee -a "$logs/0-session.log"; }
+  plan() { "$py" benchmarks/gpu_plan.py "$@" 2>>"$logs/0-session.log"; }  # its reasons: the log
+  # whatever happens, no run outlives the stage and the logs come back as one; a failure
+  # shows their ends here too
   trap 'status=$?; jobs -p | xargs -r kill 2>/dev/null || true
-    cat "$runs"/*.log >"$log" 2>/dev/null || true; bring_back "$log"
-    if [ "$status" != 0 ]; then tail -n 40 "$log" >&2; fi' EXIT
+    cat "$logs"/*.log >"$results/gpu-session.log" 2>/dev/null || true
+    bring_back "$results/gpu-session.log"
+    if [ "$status" != 0 ]; then tail -n 40 "$results/gpu-session.log" >&2; fi' EXIT
+  device=cuda probe_seconds=${PROBE_SECONDS:-15} trials_grid=${TRIALS:-benchmarks/grids/gpu-trials.json}
   shrink=() record_extra=()  # TOY=1: the recipe at a size a CPU trains in seconds
   if [ "$toy" = 1 ]; then
+    device=cpu probe_seconds=1 trials_grid=benchmarks/grids/toy.json
     shrink=(--set preset=tiny --set token_budget=1000 --set max_steps=10 --set save_every=2
       --set device=cpu)
     record_extra=(--max-sentences 20)
   fi
-  decoding=$("$py" benchmarks/recipe.py "$recipe" en-de --decoding)
-  # an untrained toy model writes to the length limit: greedy, not a beam, keeps it short
-  if [ "$toy" = 1 ]; then decoding="$decoding --beam-size 1"; fi
-  for d in en-de de-en; do  # both at once, each train then record, in the background
-    train_flags=$("$py" benchmarks/recipe.py "$recipe" "$d" "${shrink[@]}")
-    rm -rf "${runs:?}/$d"
+
+  # 1. the probe: the recipe's shape with each loop option, alone, then the fastest twice at
+  # once; an option that fails or is skipped is recorded so, and the session goes on
+  probe=$runs/probe.json probe_until=$((SECONDS + ${PROBE_GUARD:-150}))
+  rm -f "$probe"
+  read -r -a shape <<<"$("$py" benchmarks/recipe.py "$recipe" en-de --shape "${shrink[@]}")"
+  failed() { plan failed "$results/benchmarks.json" "$probe" --option "$1" --at-once "$2" --reason "$3"; }
+  probe_option() {  # OPTION PROCESSES
+    local option=$1 n=$2 flags pids=() i status budget=$((probe_until - SECONDS))
+    read -r -a flags <<<"$(plan flags "$option")"
+    if [[ " ${PROBE_FAIL:-} " == *" $option "* ]]; then  # forced to fail, to test the fallback
+      flags+=(--set probe_forced_to_fail=1)
+    fi
+    if [ "$budget" -lt 10 ]; then failed "$option" "$n" "not run: the probe's time was spent"; return; fi
+    say "probe: $option, $n at once, ${probe_seconds} s timed"
+    for i in $(seq "$n"); do  # each ended by the probe's guard
+      timeout "$budget" "$py" benchmarks/train_loop.py "${shape[@]}" "${flags[@]}" \
+        --device "$device" --no-bare --seconds "$probe_seconds" --at-once "$n" --process "$i" \
+        --json "$results/benchmarks.json" --json "$probe" >"$logs/1-probe-$option-$n-$i.log" 2>&1 &
+      pids+=($!)
+    done
+    for i in "${!pids[@]}"; do
+      wait "${pids[$i]}" && continue
+      status=$?
+      if [ "$status" = 124 ]; then
+        failed "$option" "$n" "stopped by the probe's guard after $budget s"
+      else
+        failed "$option" "$n" "exit $status: $(tail -n 1 "$logs/1-probe-$option-$n-$((i + 1)).log")"
+      fi
+      wait  # the other process of a pair, if any
+      return
+    done
+  }
+  probe_option eager 1
+  probe_option compiled 1
+  if [ "$device" = cuda ] && "$py" -c "import torch, sys; sys.exit(not torch.cuda.is_available())"; then
+    probe_option graphs 1
+  else
+    failed graphs 1 "skipped: CUDA graphs replay needs a CUDA device; this run is on the CPU"
+  fi
+  option=$(plan option "$probe")
+  probe_option "$option" 2
+
+  # 2. train both directions with the fastest option: at once, or one after the other with
+  # the whole device, whichever gives each direction more steps and fits in the guard
+  read -r -a settings <<<"$(plan settings "$option")"
+  read -r -a flags <<<"$("$py" benchmarks/recipe.py "$recipe" en-de "${shrink[@]}" "${settings[@]}")"
+  train_seconds=$(printf '%s\n' "${flags[@]}" | grep -A1 -x -- --max-seconds | tail -n 1)
+  # max_seconds counts from each process's start, so a run takes it and a little more (the
+  # first call's: 110.9 s for 110); kept for after training: choosing the decodings on val
+  # (60 s), recording and shipping (30 s) and the bench's first entries (30 s)
+  schedule=$(plan schedule "$probe" "$option" --train-seconds "$train_seconds" \
+    --overhead-seconds "${OVERHEAD:-5}" --seconds-left $(($(left) - 120)))
+  say "train with $option, $schedule"
+  train() {  # DIRECTION
+    local flags
+    flags=$("$py" benchmarks/recipe.py "$recipe" "$1" "${shrink[@]}" "${settings[@]}")
+    rm -rf "${runs:?}/$1"
     # shellcheck disable=SC2086  # the flags are words to split
-    (timeout "$(left)" "$py" -m transformer train $train_flags --out "$runs/$d" &&
-      timeout "$(left)" "$py" -m transformer record "$runs/$d" --out "$results/$d.json" \
-        $decoding "${record_extra[@]}") >"$runs/$d.log" 2>&1 &
+    timeout "$(left)" "$py" -m transformer train $flags --out "$runs/$1" >"$logs/2-train-$1.log" 2>&1
+  }
+  if [ "$schedule" = at-once ]; then
+    train en-de &
+    train de-en &
+    for _ in 1 2; do wait -n; done  # the stage ends at the first that failed
+  else
+    train en-de
+    train de-en
+  fi
+
+  # 3. the decoding of each direction: the best on val of the recipe's choices
+  read -r -a choices <<<"$("$py" benchmarks/recipe.py "$recipe" en-de --choices)"
+  # an untrained toy model writes to the length limit: greedy, not a beam, keeps it short
+  if [ "$toy" = 1 ]; then choices+=(--beam-size 1 "${record_extra[@]}"); fi
+  declare -A decoding
+  if timeout "$(left)" "$py" benchmarks/choose_decoding.py "$runs/en-de" "$runs/de-en" \
+    "${choices[@]}" --device "$device" --out "$runs/decodings.jsonl" >"$logs/3-decoding.log" 2>&1; then
+    cat "$runs/decodings.jsonl" >>"$results/trials.jsonl"
+    for d in en-de de-en; do decoding[$d]=$(plan decoding "$runs/decodings.jsonl" "$runs/$d"); done
+  else
+    say "choosing the decoding failed or ran out of time: the recipe's first setting"
+    for d in en-de de-en; do decoding[$d]=$("$py" benchmarks/recipe.py "$recipe" "$d" --decoding); done
+  fi
+  say "decodings: en-de ${decoding[en-de]}, de-en ${decoding[de-en]}"
+
+  # 4. record and ship both, as the first run did
+  for d in en-de de-en; do
+    # shellcheck disable=SC2086
+    timeout "$(left)" "$py" -m transformer record "$runs/$d" --out "$results/$d.json" \
+      ${decoding[$d]} "${record_extra[@]}" >"$logs/4-record-$d.log" 2>&1 &
   done
-  for _ in 1 2; do wait -n; done  # the stage ends at the first that failed
+  for _ in 1 2; do wait -n; done
   before=$(mktemp -d)
   cp "$weights"/* "$before"/
   for d in en-de de-en; do  # one at a time: each rewrites the manifest
     # shellcheck disable=SC2086
-    timeout "$(left)" "$py" -m transformer ship "$runs/$d" --out "$weights" $decoding \
-      >>"$runs/$d.log" 2>&1
+    timeout "$(left)" "$py" -m transformer ship "$runs/$d" --out "$weights" ${decoding[$d]} \
+      >>"$logs/4-record-$d.log" 2>&1
   done
   changed=()  # the manifest, the GPU weights, and any file that ship wrote anew
   for f in "$weights"/*; do
@@ -110,33 +203,51 @@ all)
     fi
   done
   bring_back "$results/en-de.json" "$results/de-en.json" "${changed[@]}"
-  # the benchmarks, as far as the guard allows: on a GPU, one that fails or runs out of time
-  # costs nothing above; at toy size it must not fail
+  say "recorded and shipped: ${#changed[@]} files of the weights folder changed"
+
+  # 5. the benchmarks, smallest first, as far as the guard allows; then recipe trials on val
+  # with what is left. On a GPU one that fails or runs out of time costs nothing above; at
+  # toy size none may fail
   if [ "$toy" = 1 ]; then
-    bash benchmarks/gpu_session.sh bench >"$runs/bench.log" 2>&1
-  elif [ "$(left)" -gt 60 ]; then
-    timeout "$(left)" bash benchmarks/gpu_session.sh bench >"$runs/bench.log" 2>&1 ||
-      echo "bench stopped or failed: see the log"
-    bring_back "$results/benchmarks.json"  # what the benchmarks that ended wrote
+    bash benchmarks/gpu_session.sh bench >"$logs/5-bench.log" 2>&1
+    bash benchmarks/gpu_session.sh search "$trials_grid" >"$logs/6-trials.log" 2>&1
+  else
+    if [ "$(left)" -gt 30 ]; then
+      timeout "$(left)" bash benchmarks/gpu_session.sh bench >"$logs/5-bench.log" 2>&1 ||
+        say "bench stopped or failed: see its log"
+    fi
+    if [ "$(left)" -gt 150 ]; then
+      timeout "$(left)" bash benchmarks/gpu_session.sh search "$trials_grid" $(($(left) - 20)) \
+        >"$logs/6-trials.log" 2>&1 || say "trials stopped or failed: see their log"
+    fi
   fi
+  bring_back "$results/benchmarks.json"
+  if [ -f "$results/trials.jsonl" ]; then bring_back "$results/trials.jsonl"; fi
+  say "done, $(left) s of the guard left"
   ;;
 bench)
-  device=cuda steps=200 warmup=20 compile=--compile loop_presets="small base" preset=base small=small
+  # smallest first, so that something of each lands before a guard ends the stage: the
+  # attention kernels, the paper's base step against nn.Transformer's (eager and compiled),
+  # then the base model through the loop, compiled, and with CUDA graphs (the probe timed
+  # the recipe's shape already)
+  device=cuda steps=200 warmup=20 compile=--compile preset=base small=small
+  loop_options=("--compile" "--compile --cuda-graphs")
   extra=()
   if [ "$toy" = 1 ]; then  # the same scripts and flags, at a size a CPU runs in a minute
-    device=cpu steps=12 warmup=2 compile="" loop_presets=tiny preset=tiny small=tiny
+    device=cpu steps=5 warmup=2 compile="" preset=tiny small=tiny loop_options=("")
     extra=(--batches 1 --repeats 1)
   fi
-  for loop_preset in $loop_presets; do
-    # shellcheck disable=SC2086  # $compile is a flag or nothing
-    "$py" benchmarks/train_loop.py --preset "$loop_preset" --device "$device" --steps "$steps" \
-      --warmup "$warmup" $compile --startup --json "$results/benchmarks.json"
-  done
-  # shellcheck disable=SC2086
+  "$py" benchmarks/attention_kernels.py --device "$device" --preset "$small"
+  # shellcheck disable=SC2086  # $compile is a flag or nothing
   "$py" benchmarks/train_step.py --preset "$preset" --device "$device" --amp $compile \
     "${extra[@]}" --json "$results/benchmarks.json"
-  "$py" benchmarks/attention_kernels.py --device "$device" --preset "$small"
   bring_back "$results/benchmarks.json"
+  for options in "${loop_options[@]}"; do
+    # shellcheck disable=SC2086  # the options are words to split
+    "$py" benchmarks/train_loop.py --preset "$preset" --device "$device" --steps "$steps" \
+      --warmup "$warmup" $options --json "$results/benchmarks.json"
+    bring_back "$results/benchmarks.json"
+  done
   ;;
 *)
   echo "unknown stage $stage: pack, all, search or bench" >&2

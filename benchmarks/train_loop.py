@@ -1,8 +1,10 @@
 """Throughput of the real training loop (`transformer.training_loop.train`), measured in one run.
 
-The loop runs as users run it, for --steps steps of a preset on Multi30k, with the host reading
-device values only at its log points. The first --warmup steps (compilation, allocator warm-up)
-are left out of the rates. Printed:
+The loop runs as users run it, on a preset's batches of Multi30k, with the host reading device
+values only at its log points. The warm-up is left out of the rates: at least --warmup steps, and
+compiled, until every batch shape has come once (its graph built; with CUDA graphs three times,
+the graph recorded). Then --steps steps are timed, or with --seconds as many as take about that
+long at the rate of 10 steps measured first (gpu_session.sh's probe). Printed:
 
 - target tokens/s and steps/s of the loop, and its mean training loss over the timed steps (the
   same batches in the same order for every option, so bf16 or compile should not move it);
@@ -11,8 +13,9 @@ are left out of the rates. Printed:
   peak on a GPU we know (fp32 peak: not tabulated; MFU is then left out);
 - the number of graphs torch.compile built (with --compile), and the batch shapes;
 - the host reads of tensor values made by the package per step, outside log points;
-- with --startup: seconds from process start to step 10 of `python -m transformer train`;
-- on every device: the loop's throughput divided by the bare `train_step` throughput on the
+- with --startup: seconds from process start to step 10 of `python -m transformer train`; always:
+  seconds from the loop's own start (data, model, compile; no interpreter or import) to step 10;
+- unless --no-bare: the loop's throughput divided by the bare `train_step` throughput on the
   same batches (the share of time the loop itself costs; 1.0 means none).
 
     python benchmarks/train_loop.py --preset tiny                # CPU
@@ -26,7 +29,9 @@ dropout, amp). The run's own choice is --set amp=auto (the default: bf16 on a CU
 bf16 and on a CPU with bf16 instructions, float32 elsewhere); --set amp=on and --set amp=off
 measure both modes on this machine, which shows whether auto chose the faster one.
 
---json appends the measurement with its provenance to a JSON list (train_step.py's format).
+--json appends the measurement with its provenance to a JSON list (train_step.py's format; give
+it twice for two lists). --at-once N --process I notes that this was the I-th of N processes
+that ran at the same time.
 """
 
 import argparse
@@ -89,27 +94,65 @@ def flops_per_shape(run: Run) -> dict[tuple[int, int], int]:
     return counts
 
 
+def switch(text: str) -> bool:
+    """A bool field's VALUE: true or false (also 1 or 0, on or off)."""
+    value = {"true": True, "1": True, "on": True, "false": False, "0": False, "off": False}
+    if text.lower() not in value:
+        raise ValueError(f"{text!r} is not true or false")
+    return value[text.lower()]
+
+
 def overrides(assignments: list[str]) -> dict:
     """TrainConfig fields from FIELD=VALUE texts, each VALUE read as its field's type."""
-    types = {f.name: f.type for f in dataclasses.fields(TrainConfig)}
+    types = {f.name: str(f.type) for f in dataclasses.fields(TrainConfig)}
     changes = {}
     for text in assignments:
         name, _, value = text.partition("=")
         if name not in types:
             raise SystemExit(f"--set {text}: TrainConfig has no field {name!r}")
-        kind = float if "float" in str(types[name]) else int if "int" in str(types[name]) else str
-        changes[name] = kind(value)
+        kinds = {"bool": switch, "float": float, "int": int}
+        kind = next((k for word, k in kinds.items() if word in types[name]), str)
+        try:
+            changes[name] = kind(value)
+        except ValueError as error:
+            raise SystemExit(f"--set {text}: {error}") from None
     return changes
 
 
-def run_loop(cfg: TrainConfig, warmup: int) -> dict:
-    """Train cfg.max_steps steps through run_steps; rates over the steps after `warmup`."""
+def warmup_steps(run: Run, at_least: int) -> int:
+    """Untimed steps: at least `at_least`, and compiled, enough that every batch shape of
+    the run's order has come once (its graph built), or with CUDA graphs three times (its
+    graph also recorded, then replayed)."""
+    times = 3 if run.cfg.cuda_graphs else 1 if run.cfg.compile else 0
+    shapes = {tuple(batch.src.shape) for batch in run.data.epoch_batches(0)}
+    seen, last = dict.fromkeys(shapes, 0), len(run.data) * times
+    for step, batch in enumerate(planned_batches(run, 0, last), 1):
+        seen[tuple(batch.src.shape)] += 1
+        if min(seen.values()) >= times:
+            return max(at_least, step)
+    return max(at_least, last)
+
+
+def run_loop(cfg: TrainConfig, warmup: int, seconds: float | None) -> dict:
+    """Train through run_steps: untimed steps (warmup_steps), then cfg.max_steps more, or
+    as many as take about `seconds` at the rate of 10 steps after the warm-up; the rates
+    are over those. Also the seconds from start_run to the end of step 10, warm-up
+    included (the loop's own start: no interpreter or import)."""
+    started = time.perf_counter()
     run = start_run(cfg, device=resolve_device(cfg.device))
-    batches = planned_batches(run, warmup, cfg.max_steps)
-    flops = flops_per_shape(run)
-    run_steps(run, warmup)  # compiles and warms up; a log point ends it
+    run_steps(run, 10)  # a log point ends it: the device has caught up
+    to_step_10 = time.perf_counter() - started
+    warmup, flops = warmup_steps(run, max(warmup, 10)), flops_per_shape(run)
+    run_steps(run, warmup)  # compiles and warms up
+    steps = cfg.max_steps  # timed
+    if seconds is not None:
+        calibration = run_steps(run, warmup + 10)
+        per_step = calibration["target_tokens"] / calibration["tokens_per_s"] / 10
+        steps = max(1, round(seconds / per_step))
+    first = run.step
+    batches = planned_batches(run, first, first + steps)
     with host_reads() as reads:
-        last = run_steps(run, cfg.max_steps)  # its rate leaves out the final evaluation
+        last = run_steps(run, first + steps)  # its rate leaves out the final evaluation
     tokens = sum(int((b.tgt_out != PAD_ID).sum()) for b in batches)
     log_points = ("read: tolist", "evaluate_loss: tolist")
     return {
@@ -121,11 +164,14 @@ def run_loop(cfg: TrainConfig, warmup: int) -> dict:
         "host_reads": {k: v for k, v in reads.items() if k not in log_points},
         "shapes": sorted({tuple(b.src.shape) for b in batches}),
         "loss": last["loss"],  # the mean training loss of the timed steps
+        "first": first,
+        "loop_seconds_to_step_10": to_step_10,
     }
 
 
 def bare_steps(run: Run, first: int, last: int) -> float:
-    """Seconds of train_step alone on batches first..last of epoch 0, with no loop around it."""
+    """Seconds of train_step alone on batches first..last of the run's order, with no loop
+    around it."""
     batches = planned_batches(run, first, last)
     synchronize(run.device)
     start = time.perf_counter()
@@ -168,13 +214,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--preset", choices=list(PRESETS), default="small")
     parser.add_argument("--device", default="auto")
-    parser.add_argument("--steps", type=int, default=120, help="steps in all, warm-up included")
-    parser.add_argument("--warmup", type=int, default=20, help="untimed first steps")
+    parser.add_argument("--steps", type=int, default=100, help="timed steps, after the warm-up")
+    parser.add_argument("--seconds", type=float, help="instead of --steps: time about this long")
+    parser.add_argument("--warmup", type=int, default=20, help="untimed first steps, at least")
     parser.add_argument("--compile", action="store_true", help="torch.compile the model")
     parser.add_argument("--cuda-graphs", action="store_true", help="with --compile: CUDA graphs")
     parser.add_argument("--startup", action="store_true", help="also time process start to step 10")
-    parser.add_argument("--json", type=Path, help="append the measurement to this JSON list")
+    parser.add_argument("--no-bare", action="store_true", help="skip the bare train_step timing")
+    parser.add_argument("--json", type=Path, action="append", default=[], help="append the result")
     parser.add_argument("--set", action="append", default=[], help="FIELD=VALUE of TrainConfig")
+    parser.add_argument("--at-once", type=int, default=1, help="processes run at once (noted)")
+    parser.add_argument("--process", type=int, default=1, help="which of them this is (noted)")
     args = parser.parse_args()
     big = 10**9  # log points: only at the end of each run() call
     with tempfile.TemporaryDirectory() as tmp:
@@ -190,9 +240,10 @@ def main() -> None:
             save_every=big,
             **overrides(args.set),
         )
-        loop = run_loop(cfg, args.warmup)
+        loop = run_loop(cfg, args.warmup, args.seconds)
         run, device = loop["run"], loop["run"].device
-        bare = bare_steps(run, args.warmup, args.steps)
+        first, last = loop["first"], loop["first"] + loop["steps"]
+        bare = None if args.no_bare else bare_steps(run, first, last)
     rate = loop["target_tokens"] / loop["seconds"]
     peak = peak_flops(device)
     result = {
@@ -212,15 +263,16 @@ def main() -> None:
         "batch_shapes": len(loop["shapes"]),
         "compiled_graphs": compiled_graphs() if args.compile else None,
         "host_reads_per_step": round(sum(loop["host_reads"].values()) / loop["steps"], 3),
-        "loop_over_bare_step": round(bare / loop["seconds"], 3),
+        "loop_over_bare_step": None if bare is None else round(bare / loop["seconds"], 3),
         "seconds_to_step_10": round(seconds_to_step_10(cfg), 1) if args.startup else None,
-    }
+        "loop_seconds_to_step_10": round(loop["loop_seconds_to_step_10"], 1),
+    } | ({"processes_at_once": args.at_once, "process": args.process} if args.at_once > 1 else {})
     print(f"preset {args.preset} on {describe_device(device)}, autocast {run.amp_dtype}")
     for key, value in result.items():
         print(f"{key:>22}: {value}")
-    if args.json:
-        entry = result | {"provenance": {"device": describe_device(device), **provenance(sys.argv)}}
-        record(args.json, entry)
+    entry = result | {"provenance": {"device": describe_device(device), **provenance(sys.argv)}}
+    for path in args.json:
+        record(path, entry)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ the same preset, device, precision and compile setting.
 """
 
 import argparse
+import fcntl
 import json
 import statistics
 import sys
@@ -115,18 +116,35 @@ def pass_flops(run, batches, amp_dtype) -> int:
     return counter.get_total_flops()
 
 
+SAME_SETTING = (
+    "benchmark",
+    "preset",
+    "changes",
+    "amp",
+    "compile",
+    "cuda_graphs",
+    "batch",
+    "processes_at_once",
+    "process",
+)
+
+
 def record(path: Path, entry: dict) -> None:
-    """Append `entry` to the JSON list in `path`, replacing one of the same setting."""
-    same = ("benchmark", "preset", "changes", "amp", "compile", "cuda_graphs", "batch")
-    entries = json.loads(path.read_text()) if path.exists() else []
-    entries = [
-        e
-        for e in entries
-        if (e["provenance"]["device"], *(e.get(k) for k in same))
-        != (entry["provenance"]["device"], *(entry.get(k) for k in same))
-    ]
+    """Append `entry` to the JSON list in `path`, replacing one of the same setting. The file
+    is locked meanwhile, so that processes that finish together (gpu_session.sh's probe)
+    each add theirs."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps([*entries, entry], indent=1) + "\n")
+    with open(path, "a") as held:  # created empty if missing
+        fcntl.flock(held, fcntl.LOCK_EX)  # released when the file closes
+        text = path.read_text()
+        entries = json.loads(text) if text.strip() else []
+        entries = [
+            e
+            for e in entries
+            if (e["provenance"]["device"], *(e.get(k) for k in SAME_SETTING))
+            != (entry["provenance"]["device"], *(entry.get(k) for k in SAME_SETTING))
+        ]
+        path.write_text(json.dumps([*entries, entry], indent=1) + "\n")
 
 
 def parse_args() -> argparse.Namespace:

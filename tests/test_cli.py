@@ -1,5 +1,6 @@
 import io
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -550,16 +551,18 @@ def test_the_grids_are_valid(tmp_path):
 
 
 def test_the_gpu_recipe_trains_both_directions_within_the_goal(tmp_path):
-    """gpu_session.sh all trains the trials en-de and de-en of gpu.json, decoded one way,
-    each stopped early enough for the last validation and checkpoint to end within the
-    goal's seconds (GOALS)."""
+    """gpu_session.sh all trains the trials en-de and de-en of gpu.json, each stopped early
+    enough for the last validation and checkpoint to end within the goal's seconds (GOALS),
+    and decodes each with the best on val of the grid's settings, which recipe.py --choices
+    gives choose_decoding.py as a product: so they must be one."""
     root = Path(__file__).parents[1]
     configs, _, decodings = read_grid(root / "benchmarks/grids/gpu.json", tmp_path)
     assert {name: (c.src, c.tgt) for name, c in configs.items()} == {
         "en-de": ("en", "de"),
         "de-en": ("de", "en"),
     }
-    assert len(decodings) == 1
+    values = [{getattr(d, name) for d in decodings} for name in ("average", "beam_size", "alpha")]
+    assert len(set(decodings)) == len(decodings) == math.prod(len(v) for v in values)
     _, seconds = reports.GOALS["gpu"]
     assert all(c.max_seconds <= seconds - 10 and c.device == "cuda" for c in configs.values())
 
