@@ -9,7 +9,8 @@
 #       (540) seconds, with the recipe benchmarks/grids/gpu.json:
 #       1. probe: the recipe's shape through benchmarks/train_loop.py for PROBE_SECONDS (15)
 #          each, eager, compiled and compiled with CUDA graphs, alone; then the fastest twice
-#          at once; all within PROBE_GUARD (150) s, each entry (or failure) in benchmarks.json
+#          at once; all within PROBE_GUARD (150) s, each entry (or failure) in benchmarks.json,
+#          with a profile of 20 steps (kernels a step, how busy the GPU was, the top ops)
 #       2. train en-de and de-en with the fastest option, at once or one after the other, as
 #          benchmarks/gpu_plan.py chooses from the probe
 #       3. the decoding of each: the best on val of the recipe's choices -> trials.jsonl
@@ -88,10 +89,11 @@ all)
     cat "$logs"/*.log >"$results/gpu-session.log" 2>/dev/null || true
     bring_back "$results/gpu-session.log"
     if [ "$status" != 0 ]; then tail -n 40 "$results/gpu-session.log" >&2; fi' EXIT
-  device=cuda probe_seconds=${PROBE_SECONDS:-15} trials_grid=${TRIALS:-benchmarks/grids/gpu-trials.json}
+  device=cuda probe_seconds=${PROBE_SECONDS:-15} probe_profile=20
+  trials_grid=${TRIALS:-benchmarks/grids/gpu-trials.json}
   shrink=() record_extra=()  # TOY=1: the recipe at a size a CPU trains in seconds
   if [ "$toy" = 1 ]; then
-    device=cpu probe_seconds=1 trials_grid=benchmarks/grids/toy.json
+    device=cpu probe_seconds=1 probe_profile=2 trials_grid=benchmarks/grids/toy.json
     shrink=(--set preset=tiny --set token_budget=1000 --set max_steps=10 --set save_every=2
       --set device=cpu)
     record_extra=(--max-sentences 20)
@@ -113,7 +115,8 @@ all)
     say "probe: $option, $n at once, ${probe_seconds} s timed"
     for i in $(seq "$n"); do  # each ended by the probe's guard
       timeout "$budget" "$py" benchmarks/train_loop.py "${shape[@]}" "${flags[@]}" \
-        --device "$device" --no-bare --seconds "$probe_seconds" --at-once "$n" --process "$i" \
+        --device "$device" --no-bare --seconds "$probe_seconds" --profile "$probe_profile" \
+        --at-once "$n" --process "$i" \
         --json "$results/benchmarks.json" --json "$probe" >"$logs/1-probe-$option-$n-$i.log" 2>&1 &
       pids+=($!)
     done

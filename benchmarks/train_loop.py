@@ -16,7 +16,9 @@ long at the rate of 10 steps measured first (gpu_session.sh's probe). Printed:
 - with --startup: seconds from process start to step 10 of `python -m transformer train`; always:
   seconds from the loop's own start (data, model, compile; no interpreter or import) to step 10;
 - unless --no-bare: the loop's throughput divided by the bare `train_step` throughput on the
-  same batches (the share of time the loop itself costs; 1.0 means none).
+  same batches (the share of time the loop itself costs; 1.0 means none);
+- with --profile N: where N more steps go, by torch.profiler (kernels a step, how busy they
+  kept the device, the ops that take the most time on the host and on the device).
 
     python benchmarks/train_loop.py --preset tiny                # CPU
     python benchmarks/train_loop.py --preset small
@@ -45,6 +47,8 @@ import time
 from pathlib import Path
 
 import torch
+from torch.autograd import DeviceType
+from torch.profiler import ProfilerActivity, profile
 from torch.utils.flop_counter import FlopCounterMode
 from train_step import record  # the sibling benchmark's JSON writer
 
@@ -60,7 +64,7 @@ from transformer.results import provenance
 from transformer.run_state import Run, start_run
 from transformer.tokenizer import PAD_ID
 from transformer.training import PRESETS, label_smoothed_loss, train_step
-from transformer.training_loop import run_steps
+from transformer.training_loop import LogSums, endless, run_steps, take_step
 
 
 def synchronize(device: torch.device) -> None:
@@ -169,6 +173,40 @@ def run_loop(cfg: TrainConfig, warmup: int, seconds: float | None) -> dict:
     }
 
 
+def profile_steps(run: Run, steps: int) -> dict:
+    """Where `steps` more steps of the loop go, by torch.profiler: the loop's own step
+    (take_step), its sums read once at the end as at a log point. Per step: the wall time
+    (the profiler's own cost included), on a CUDA device the kernels launched and the share
+    of the wall they kept it busy, and the ops with the most self time on the host and on
+    the device: [name, ms a step, calls a step]."""
+    cuda = run.device.type == "cuda"
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    sums, batches = LogSums(run.device), endless(run.data)
+    with profile(activities=activities) as profiled:
+        start = time.perf_counter()
+        for _ in range(steps):
+            take_step(run, next(batches), sums)
+        sums.read(run.world_size)  # the host waits for the device here
+        wall = time.perf_counter() - start
+    events = profiled.key_averages()
+
+    def top(field: str) -> list:
+        ranked = sorted(events, key=lambda e: getattr(e, field), reverse=True)[:6]
+        per_step = [(e.key[:60], getattr(e, field) / 1e3 / steps, e.count / steps) for e in ranked]
+        return [[name, round(ms, 3), round(calls, 1)] for name, ms, calls in per_step if ms > 0]
+
+    kernels = sum(e.count for e in events if e.device_type == DeviceType.CUDA)
+    device_seconds = sum(e.self_device_time_total for e in events) / 1e6
+    return {
+        "steps": steps,
+        "ms_per_step": round(wall / steps * 1e3, 3),
+        "kernels_per_step": round(kernels / steps, 1) if cuda else None,
+        "device_busy": round(device_seconds / wall, 3) if cuda else None,
+        "top_host_ms": top("self_cpu_time_total"),
+        "top_device_ms": top("self_device_time_total") if cuda else None,
+    }
+
+
 def bare_steps(run: Run, first: int, last: int) -> float:
     """Seconds of train_step alone on batches first..last of the run's order, with no loop
     around it."""
@@ -221,6 +259,7 @@ def main() -> None:
     parser.add_argument("--cuda-graphs", action="store_true", help="with --compile: CUDA graphs")
     parser.add_argument("--startup", action="store_true", help="also time process start to step 10")
     parser.add_argument("--no-bare", action="store_true", help="skip the bare train_step timing")
+    parser.add_argument("--profile", type=int, default=0, help="then profile this many steps")
     parser.add_argument("--json", type=Path, action="append", default=[], help="append the result")
     parser.add_argument("--set", action="append", default=[], help="FIELD=VALUE of TrainConfig")
     parser.add_argument("--at-once", type=int, default=1, help="processes run at once (noted)")
@@ -243,6 +282,12 @@ def main() -> None:
         loop = run_loop(cfg, args.warmup, args.seconds)
         run, device = loop["run"], loop["run"].device
         first, last = loop["first"], loop["first"] + loop["steps"]
+        profiled = None
+        if args.profile:
+            try:  # a diagnosis: its failure must not lose the measurement above
+                profiled = profile_steps(run, args.profile)
+            except Exception as error:  # whatever the profiler raises
+                profiled = {"failed": f"{type(error).__name__}: {error}"}
         bare = None if args.no_bare else bare_steps(run, first, last)
     rate = loop["target_tokens"] / loop["seconds"]
     peak = peak_flops(device)
@@ -266,6 +311,7 @@ def main() -> None:
         "loop_over_bare_step": None if bare is None else round(bare / loop["seconds"], 3),
         "seconds_to_step_10": round(seconds_to_step_10(cfg), 1) if args.startup else None,
         "loop_seconds_to_step_10": round(loop["loop_seconds_to_step_10"], 1),
+        "profile": profiled,
     } | ({"processes_at_once": args.at_once, "process": args.process} if args.at_once > 1 else {})
     print(f"preset {args.preset} on {describe_device(device)}, autocast {run.amp_dtype}")
     for key, value in result.items():

@@ -223,6 +223,24 @@ def test_translate_says_there_is_nothing_to_translate(blank, monkeypatch, capsys
     assert not any(out[1:-1])
 
 
+def test_translate_on_a_terminal_says_how_to_end_the_input(monkeypatch, capsys):
+    """Without arguments translate reads standard input to its end: on a terminal it first
+    says so on stderr (a pipe or a file gets no such line)."""
+
+    class Terminal(io.TextIOWrapper):
+        def isatty(self) -> bool:
+            return True
+
+    monkeypatch.setattr("sys.stdin", Terminal(io.BytesIO(b"A dog runs.\n"), encoding="utf-8"))
+    assert main(["translate", "--model", "en-de"]) == 0
+    out, err = capsys.readouterr()
+    assert len(out.splitlines()) == 1
+    assert err == "type the texts, one a line, then Ctrl-D to translate them\n"
+    monkeypatch.setattr("sys.stdin", stdin_of(b"A dog runs.\n"))
+    assert main(["translate", "--model", "en-de"]) == 0
+    assert capsys.readouterr().err == ""
+
+
 def test_trained_on_picks_a_shipped_model_and_refuses_one_not_shipped(capsys):
     """translate --model DIRECTION --trained-on KIND uses that kind's model; a kind not shipped,
     or --trained-on without --model, is an error that says so."""

@@ -186,6 +186,9 @@ def test_the_session_runs_every_stage_at_toy_size_and_survives_a_failed_probe(tm
     assert at[("compiled", 1, 1)]["failed"].startswith("exit 1: --set probe_forced_to_fail=1")
     assert "needs a CUDA device" in at[("graphs", 1, 1)]["failed"]
     assert not any("failed" in at[("eager", *process)] for process in [(1, 1), (2, 1), (2, 2)])
+    profiled = at[("eager", 1, 1)]["profile"]  # on a CPU: the host's ops only
+    assert profiled["steps"] == 2 and profiled["ms_per_step"] > 0 and profiled["top_host_ms"]
+    assert profiled["kernels_per_step"] is None and profiled["top_device_ms"] is None
     for direction in ("en-de", "de-en"):
         config = json.loads((out / f"{direction}.json").read_text())["config"]["train"]
         assert (config["compile"], config["cuda_graphs"]) == (False, False)

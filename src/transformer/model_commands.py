@@ -169,7 +169,10 @@ def argument_texts(texts: list[str]) -> list[str]:
 def input_lines(stream: TextIO) -> list[str]:
     """The lines of `stream` (standard input), read as bytes and decoded here, so that
     a line that is not text is named (decoded). A blank line stays, and gives an empty
-    line; an input without any text is an error."""
+    line; an input without any text is an error. On a terminal it first says how to end
+    the input, which would otherwise wait without a word."""
+    if stream.isatty():
+        print("type the texts, one a line, then Ctrl-D to translate them", file=sys.stderr)
     encoding = getattr(stream, "encoding", None) or "utf-8"
     raw = getattr(stream, "buffer", None)  # a StringIO has none
     text = raw.read().decode(encoding, "surrogateescape") if raw else stream.read()
