@@ -174,8 +174,10 @@ all)
   # an untrained toy model writes to the length limit: greedy, not a beam, keeps it short
   if [ "$toy" = 1 ]; then choices+=(--beam-size 1 "${record_extra[@]}"); fi
   declare -A decoding
-  if timeout "$(left)" "$py" benchmarks/choose_decoding.py "$runs/en-de" "$runs/de-en" \
-    "${choices[@]}" --device "$device" --out "$runs/decodings.jsonl" >"$logs/3-decoding.log" 2>&1; then
+  choose_for=$(($(left) - 90))  # what recording and shipping need is kept for them
+  if [ "$choose_for" -gt 20 ] && timeout "$choose_for" "$py" benchmarks/choose_decoding.py \
+    "$runs/en-de" "$runs/de-en" "${choices[@]}" --device "$device" \
+    --out "$runs/decodings.jsonl" >"$logs/3-decoding.log" 2>&1; then
     cat "$runs/decodings.jsonl" >>"$results/trials.jsonl"
     for d in en-de de-en; do decoding[$d]=$(plan decoding "$runs/decodings.jsonl" "$runs/$d"); done
   else
@@ -184,13 +186,20 @@ all)
   fi
   say "decodings: en-de ${decoding[en-de]}, de-en ${decoding[de-en]}"
 
-  # 4. record and ship both, as the first run did
+  # 4. record and ship both, as the first run did; each record comes back as soon as it is
+  # written, whatever happens after
+  status=0
   for d in en-de de-en; do
+    rm -f "$results/$d.json"  # so that only a new one comes back
     # shellcheck disable=SC2086
     timeout "$(left)" "$py" -m transformer record "$runs/$d" --out "$results/$d.json" \
       ${decoding[$d]} "${record_extra[@]}" >"$logs/4-record-$d.log" 2>&1 &
   done
-  for _ in 1 2; do wait -n; done
+  for _ in 1 2; do wait -n || status=$?; done
+  for d in en-de de-en; do
+    if [ -f "$results/$d.json" ]; then bring_back "$results/$d.json"; fi
+  done
+  if [ "$status" != 0 ]; then say "a record failed: see its log"; exit "$status"; fi
   before=$(mktemp -d)
   cp "$weights"/* "$before"/
   for d in en-de de-en; do  # one at a time: each rewrites the manifest
@@ -205,7 +214,7 @@ all)
       changed+=("$f")
     fi
   done
-  bring_back "$results/en-de.json" "$results/de-en.json" "${changed[@]}"
+  if [ "${#changed[@]}" -gt 0 ]; then bring_back "${changed[@]}"; fi
   say "recorded and shipped: ${#changed[@]} files of the weights folder changed"
 
   # 5. the benchmarks, smallest first, as far as the guard allows; then recipe trials on val
