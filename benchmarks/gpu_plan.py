@@ -9,7 +9,7 @@ not in shell arithmetic.
     python benchmarks/gpu_plan.py option PROBE_JSON     # the fastest option alone: its name
     python benchmarks/gpu_plan.py flags OPTION          # train_loop.py's flags for it
     python benchmarks/gpu_plan.py settings OPTION       # the recipe's --set for it (recipe.py)
-    python benchmarks/gpu_plan.py schedule PROBE_JSON OPTION --train-seconds 118 \
+    python benchmarks/gpu_plan.py schedule PROBE_JSON OPTION --train-seconds 110 \
         --overhead-seconds 5 --seconds-left 400      # at-once or one-after-other
     python benchmarks/gpu_plan.py decoding TRIALS_JSONL RUN   # the run's best val decoding
     python benchmarks/gpu_plan.py failed JSON [JSON ...] --option graphs --reason TEXT
@@ -45,12 +45,12 @@ def option_of(entry: dict) -> str:
 
 
 def rates(entries: list[dict], option: str, at_once: int) -> list[float]:
-    """Steps/s of each process that ran `option` with `at_once` processes and did not fail."""
-    return [
-        e["steps_per_s"]
-        for e in entries
-        if "failed" not in e and option_of(e) == option and e.get("processes_at_once", 1) == at_once
+    """Steps/s of each process that ran `option` with `at_once` processes; none if one of
+    them failed (the others' rates were not measured beside it)."""
+    ran = [
+        e for e in entries if option_of(e) == option and e.get("processes_at_once", 1) == at_once
     ]
+    return [] if any("failed" in e for e in ran) else [e["steps_per_s"] for e in ran]
 
 
 def fastest(entries: list[dict]) -> tuple[str, str]:

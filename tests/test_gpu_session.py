@@ -40,7 +40,8 @@ def test_the_fastest_option_alone_is_chosen_and_a_failure_never_is():
     option, why = gpu_plan.fastest(entries)
     assert option == "compiled"
     assert why == "compiled: the most steps/s alone (eager 30.0, compiled 66.0)"
-    assert gpu_plan.fastest(entries + [probed("graphs", 210.0)])[0] == "graphs"
+    # measured instead of failed, the faster option wins
+    assert gpu_plan.fastest(entries[:2] + [probed("graphs", 210.0)])[0] == "graphs"
 
 
 def test_with_no_option_measured_the_session_trains_eager():
@@ -57,14 +58,18 @@ def test_with_no_option_measured_the_session_trains_eager():
         (66.0, None, 400, "one-after-other"),  # the pair failed: not risked again
         (66.0, None, 300, "at-once"),
         (None, 29.0, 400, "at-once"),
+        (66.0, "one failed", 400, "one-after-other"),  # the other's rate is not a pair's
     ],
 )
 def test_the_directions_train_at_once_unless_one_after_the_other_gives_more_steps(
     alone, pair, seconds_left, expected
 ):
-    entries = [failed("compiled"), failed("compiled", 2)]
+    entries = [failed("graphs"), failed("graphs", 2), probed("eager", 500.0, 2)]  # not read
     entries += [probed("compiled", alone)] if alone else []
-    entries += [probed("compiled", pair, 2), probed("compiled", pair + 1, 2)] if pair else []
+    if pair == "one failed":
+        entries += [probed("compiled", 70.0, 2), failed("compiled", 2)]
+    elif pair:
+        entries += [probed("compiled", pair, 2), probed("compiled", pair + 1, 2)]
     schedule, why = gpu_plan.schedule(entries, "compiled", 110, 60, seconds_left)
     assert schedule == expected, why
 
