@@ -12,7 +12,8 @@ not in shell arithmetic.
     python benchmarks/gpu_plan.py schedule PROBE_JSON OPTION --train-seconds 110 \
         --overhead-seconds 5 --seconds-left 400      # at-once or one-after-other
     python benchmarks/gpu_plan.py decoding TRIALS_JSONL RUN   # the run's best val decoding
-    python benchmarks/gpu_plan.py failed JSON [JSON ...] --option graphs --reason TEXT
+    python benchmarks/gpu_plan.py failed JSON [JSON ...] --option graphs --reason TEXT \
+        --device cuda
 
 Each choice also writes its reason, from the measured numbers, to standard error (the log).
 """
@@ -27,6 +28,7 @@ from recipe import decoding_argv  # the sibling's flags of a decoding setting
 from train_step import record  # the sibling benchmark's JSON writer
 
 from transformer.decoding import Decoding
+from transformer.devices import describe_device, resolve_device
 from transformer.results import provenance
 from transformer.search import read_trials
 
@@ -111,11 +113,16 @@ def best_decoding(trials: list[dict], run: str) -> tuple[Decoding, str]:
     return decoding, f"val BLEU (average/beam/alpha: lc) {scores}"
 
 
-def record_failure(paths: list[Path], option: str, at_once: int, reason: str) -> dict:
-    """Add an entry to each JSON list: the probe of `option` failed or was skipped, why."""
+def record_failure(paths: list[Path], option: str, at_once: int, reason: str, device: str) -> dict:
+    """Add an entry to each JSON list: the probe of `option` on `device` failed or was
+    skipped, and why. The device is named as the measured entries name it, if it is here."""
+    try:
+        device = describe_device(resolve_device(device))
+    except ValueError:  # a device this machine lacks: its name as given
+        pass
     entry = {"benchmark": "train_loop", "probe": True, **OPTIONS[option], "failed": reason}
     entry |= {"processes_at_once": at_once} if at_once > 1 else {}
-    entry["provenance"] = {"device": "not measured", **provenance(sys.argv)}
+    entry["provenance"] = {"device": device, **provenance(sys.argv)}
     for path in paths:
         record(path, entry)
     return entry
@@ -144,6 +151,7 @@ def main() -> None:
     failed.add_argument("--option", choices=OPTIONS, required=True)
     failed.add_argument("--at-once", type=int, default=1)
     failed.add_argument("--reason", required=True)
+    failed.add_argument("--device", required=True, help="the device the probe ran on")
     args = parser.parse_args()
 
     def probe_entries() -> list[dict]:
@@ -164,7 +172,7 @@ def main() -> None:
         best, why = best_decoding(read_trials(args.trials), args.run)
         choice = shlex.join(decoding_argv(best))
     else:
-        record_failure(args.json, args.option, args.at_once, args.reason)
+        record_failure(args.json, args.option, args.at_once, args.reason, args.device)
         choice, why = "", f"{args.option} recorded as failed: {args.reason}"
     if why:
         print(f"{args.command}: {why}", file=sys.stderr)

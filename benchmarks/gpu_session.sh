@@ -104,7 +104,10 @@ all)
   probe=$runs/probe.json probe_until=$((SECONDS + ${PROBE_GUARD:-150}))
   rm -f "$probe"
   read -r -a shape <<<"$("$py" benchmarks/recipe.py "$recipe" en-de --shape "${shrink[@]}")"
-  failed() { plan failed "$results/benchmarks.json" "$probe" --option "$1" --at-once "$2" --reason "$3"; }
+  failed() {  # OPTION PROCESSES REASON
+    plan failed "$results/benchmarks.json" "$probe" --option "$1" --at-once "$2" --reason "$3" \
+      --device "$device"
+  }
   probe_option() {  # OPTION PROCESSES
     local option=$1 n=$2 flags pids=() i status budget=$((probe_until - SECONDS))
     read -r -a flags <<<"$(plan flags "$option")"

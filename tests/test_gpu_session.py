@@ -13,6 +13,7 @@ import pytest
 
 from transformer.data import cache_dir
 from transformer.decoding import Decoding
+from transformer.devices import describe_device
 from transformer.search import read_grid
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -91,8 +92,8 @@ def test_each_direction_decodes_with_its_best_setting_on_val():
 
 def test_a_failed_probe_is_recorded_in_both_lists(tmp_path):
     lists = [tmp_path / "benchmarks.json", tmp_path / "probe.json"]
-    gpu_plan.record_failure(lists, "graphs", 1, "skipped: no CUDA device")
-    gpu_plan.record_failure(lists, "compiled", 2, "exit 1: out of memory")
+    gpu_plan.record_failure(lists, "graphs", 1, "skipped: no CUDA device", "cuda:7")
+    gpu_plan.record_failure(lists, "compiled", 2, "exit 1: out of memory", "cpu")
     for path in lists:
         entries = json.loads(path.read_text())
         assert [
@@ -101,6 +102,7 @@ def test_a_failed_probe_is_recorded_in_both_lists(tmp_path):
             ("graphs", None, "skipped: no CUDA device"),
             ("compiled", 2, "exit 1: out of memory"),
         ]
+        assert [e["provenance"]["device"] for e in entries] == ["cuda:7", describe_device("cpu")]
 
 
 def test_processes_that_record_at_the_same_time_lose_no_entry(tmp_path):
